@@ -1,0 +1,1 @@
+"""Prompt templates shipped as data files (installed as ``tcrag_langgraph.prompts``)."""

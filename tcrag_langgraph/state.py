@@ -1,0 +1,143 @@
+"""Frames, the memory stack and the graph state of the TC-RAG stack machine.
+
+The stack rules of Algorithm 1 (paper appendix 8.6) live here and nowhere else: the graph, the
+baselines and the ablations all call :func:`push`, :func:`pop` and :func:`replace_top`.
+"""
+
+from __future__ import annotations
+
+import operator
+from enum import Enum
+from typing import Annotated, Any, Optional
+
+from langchain_core.messages import AnyMessage
+from langgraph.graph.message import add_messages
+from pydantic import BaseModel, Field
+from typing_extensions import TypedDict
+
+__all__ = [
+    "Action",
+    "Frame",
+    "ToolCallRecord",
+    "TraceEvent",
+    "TCRAGState",
+    "StackError",
+    "push",
+    "pop",
+    "replace_top",
+    "render_stack",
+]
+
+
+class Action(str, Enum):
+    """The frame / action types of TC-RAG."""
+
+    USER_QUERY = "User_Query"
+    THOUGHT = "Thought"
+    PLAN = "Plan"
+    TOOL_USE = "Tool_Use"
+    SUMMARY = "Summary"
+    BACKTRACK = "Backtrack"
+    CONCLUSION = "Conclusion"
+
+
+class ToolCallRecord(BaseModel):
+    """A real tool call and what it returned (never text the model wrote itself)."""
+
+    tool: str
+    tool_input: Any = None
+    observation: str = ""
+    is_error: bool = False
+    error_kind: Optional[str] = None
+
+
+class Frame(BaseModel):
+    """One entry of the memory stack."""
+
+    action: Action
+    content: str = ""
+    tool_call: Optional[ToolCallRecord] = None
+    token_count: int = 0
+    state_before: Optional[float] = None
+    state_after: Optional[float] = None
+    step: int = 0
+
+    def render(self) -> str:
+        """The text the model sees for this frame."""
+        if self.action is Action.TOOL_USE and self.tool_call is not None:
+            call = self.tool_call
+            label = "Tool_Error" if call.is_error else "Tool_Observation"
+            tool_input = call.tool_input if isinstance(call.tool_input, str) else _compact(call.tool_input)
+            return f"Tool_Use: {call.tool}\nTool_Input: {tool_input}\n{label}: {call.observation}"
+        return f"{self.action.value}: {self.content}"
+
+
+class TraceEvent(BaseModel):
+    """What one step did to the stack and the state value (the run's audit trail)."""
+
+    step: int
+    action: str
+    op: str  # "push", "pop", "pop+push", "reject", "halt", "format_error"
+    content: str = ""
+    stack_depth: int = 0
+    state_value: Optional[float] = None
+    detail: Optional[str] = None
+
+
+class StackError(RuntimeError):
+    """Raised when a stack operation would break an invariant (e.g. popping the User_Query)."""
+
+
+def push(stack: list[Frame], frame: Frame) -> list[Frame]:
+    """Return a new stack with ``frame`` on top."""
+    if frame.action is Action.USER_QUERY and stack:
+        raise StackError("User_Query may only be the bottom frame")
+    return [*stack, frame]
+
+
+def pop(stack: list[Frame]) -> tuple[list[Frame], Frame]:
+    """Return ``(new_stack, popped_frame)``; the bottom User_Query can never be popped."""
+    if len(stack) <= 1:
+        raise StackError("the User_Query frame at the bottom of the stack cannot be popped")
+    return stack[:-1], stack[-1]
+
+
+def replace_top(stack: list[Frame], frame: Frame) -> tuple[list[Frame], Frame]:
+    """Pop the top frame and push ``frame`` (the Summary operation)."""
+    rest, popped = pop(stack)
+    return push(rest, frame), popped
+
+
+def render_stack(stack: list[Frame]) -> str:
+    """The stack as the text the model reads, bottom first."""
+    return "\n".join(frame.render() for frame in stack)
+
+
+def _compact(value: Any) -> str:
+    import json
+
+    try:
+        return json.dumps(value, ensure_ascii=False)
+    except (TypeError, ValueError):
+        return str(value)
+
+
+class TCRAGState(TypedDict, total=False):
+    """Graph state. Input is ``{"question": ...}`` or ``{"messages": [...]}``."""
+
+    question: str
+    messages: Annotated[list[AnyMessage], add_messages]
+    stack: list[Frame]
+    sigma: float
+    metric: str
+    state_value: float
+    state_history: list[dict[str, Any]]
+    steps: int
+    llm_calls: int
+    format_retries: int
+    pending_action: Optional[dict[str, Any]]
+    trace: Annotated[list[TraceEvent], operator.add]
+    answer: Optional[str]
+    answer_validated: bool
+    halt_reason: Optional[str]
+    error: Optional[str]
