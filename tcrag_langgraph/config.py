@@ -68,6 +68,7 @@ class TCRAGConfig(BaseModel):
     max_format_retries: int = Field(default=2, ge=0, le=20, description="Re-prompts after unparseable output, per step.")
     max_question_chars: int = Field(default=20_000, ge=1)
     max_observation_tokens: int = Field(default=512, ge=16, description="Tool output is trimmed to this many tokens.")
+    tool_timeout_s: float = Field(default=60.0, gt=0, le=3600, description="Hard limit on one tool call.")
     enable_backtrack: bool = True
     enable_summary: bool = True
     enable_state_monitor: bool = True

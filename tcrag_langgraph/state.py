@@ -6,7 +6,6 @@ baselines and the ablations all call :func:`push`, :func:`pop` and :func:`replac
 
 from __future__ import annotations
 
-import operator
 from enum import Enum
 from typing import Annotated, Any, Optional
 
@@ -135,8 +134,11 @@ class TCRAGState(TypedDict, total=False):
     steps: int
     llm_calls: int
     format_retries: int
+    format_feedback: list[dict[str, str]]
+    token_usage: dict[str, int]
+    tool_calls: int
     pending_action: Optional[dict[str, Any]]
-    trace: Annotated[list[TraceEvent], operator.add]
+    trace: list[TraceEvent]  # replaced, not appended, so a new question on a thread starts clean
     answer: Optional[str]
     answer_validated: bool
     halt_reason: Optional[str]

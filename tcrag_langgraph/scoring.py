@@ -1,0 +1,118 @@
+"""State monitor: the scorer protocol and a local Hugging Face causal-LM scorer (cppl, uct).
+
+Both metrics come from one teacher-forced forward pass over raw logits (never from the
+temperature/top-p processed scores that ``generate`` reports).
+
+* ``cppl`` (paper eq. 2): ``exp(-(1/N) * sum_i log P(w_i | w_<i, User_Query))`` over the N tokens of
+  the top text, the User_Query as context.
+* ``uct`` (paper eq. 3): ``-sum_i P(w_i | w_<i) * log P(w_i | w_<i)`` over the tokens of the top
+  text, each term the entropy contribution of the token actually written. As in the paper the
+  context is the top text alone; ``uct_given_query=True`` conditions on the User_Query too.
+
+Lower is more confident. Example:
+    >>> scorer = LocalLMScorer()  # doctest: +SKIP
+    >>> scorer.score("What treats type 2 diabetes?", "Metformin.", metric="cppl")  # doctest: +SKIP
+    23.1
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Literal, Optional, Protocol, runtime_checkable
+
+from .models import LocalModel, load_local_model
+
+__all__ = ["StateScorer", "LocalLMScorer", "Metric", "token_logprobs_to_metric"]
+
+Metric = Literal["cppl", "uct"]
+
+
+@runtime_checkable
+class StateScorer(Protocol):
+    """Anything that maps (User_Query, top text) to a state value; lower = more confident."""
+
+    def score(self, query: str, text: str, *, metric: Metric) -> float: ...
+
+
+def token_logprobs_to_metric(logprobs: list[float], metric: Metric) -> float:
+    """cppl or uct from the log-probabilities of the scored tokens (the formulas, in one place)."""
+    if not logprobs:
+        raise ValueError("nothing to score: the text has no tokens")
+    if metric == "cppl":
+        return math.exp(-sum(logprobs) / len(logprobs))
+    if metric == "uct":
+        return -sum(math.exp(lp) * lp for lp in logprobs)
+    raise ValueError(f"unknown metric {metric!r}; use 'cppl' or 'uct'")
+
+
+class LocalLMScorer:
+    """cppl / uct from a local transformers causal LM (default: the packaged SmolLM2).
+
+    Args:
+        local_model: an already loaded :class:`~tcrag_langgraph.models.LocalModel` (shared with the
+            generator to save memory); ``None`` loads the default lazily on first use.
+        model_path: a transformers model folder instead of the packaged model.
+        uct_given_query: condition uct on the User_Query (the paper does not).
+        max_tokens: context cap; longer inputs keep the end of the query and the start of the text.
+    """
+
+    def __init__(
+        self,
+        local_model: Optional[LocalModel] = None,
+        *,
+        model_path: Optional[str] = None,
+        uct_given_query: bool = False,
+        max_tokens: int = 4096,
+    ) -> None:
+        if max_tokens < 8:
+            raise ValueError("max_tokens must be at least 8")
+        self._lm = local_model
+        self._model_path = model_path
+        self.uct_given_query = uct_given_query
+        self.max_tokens = max_tokens
+
+    @property
+    def local_model(self) -> LocalModel:
+        if self._lm is None:
+            self._lm = load_local_model(self._model_path)
+        return self._lm
+
+    def score(self, query: str, text: str, *, metric: Metric) -> float:
+        if metric not in ("cppl", "uct"):
+            raise ValueError(f"unknown metric {metric!r}; use 'cppl' or 'uct'")
+        context = query if (metric == "cppl" or self.uct_given_query) else ""
+        return token_logprobs_to_metric(self.token_logprobs(context, text), metric)
+
+    def token_logprobs(self, context: str, text: str) -> list[float]:
+        """log P of each token of ``text`` given ``context`` and the text before it (one pass)."""
+        import torch
+
+        lm = self.local_model
+        tok = lm.tokenizer
+        text_ids = tok(text, add_special_tokens=False)["input_ids"]
+        if not text_ids:
+            raise ValueError("nothing to score: the text has no tokens")
+        # Context ends with a newline so the text starts a fresh line, as in the rendered stack.
+        ctx_ids = tok(context + "\n", add_special_tokens=False)["input_ids"] if context else []
+        start_ids = self._start_ids()
+        budget = self.max_tokens - len(start_ids)
+        text_ids = text_ids[: max(1, budget - 1)]
+        ctx_room = budget - len(text_ids)
+        ctx_ids = ctx_ids[-ctx_room:] if ctx_room > 0 else []
+        ids = start_ids + ctx_ids + text_ids
+        first = max(1, len(start_ids) + len(ctx_ids))
+        if first >= len(ids):
+            raise ValueError("nothing to score: the text is a single token with no context")
+        with lm.lock, torch.no_grad():
+            logits = lm.model(torch.tensor([ids], device=lm.device)).logits[0].float()
+        logp = torch.log_softmax(logits[first - 1: len(ids) - 1], dim=-1)
+        target = torch.tensor(ids[first:], device=logp.device)
+        return logp.gather(1, target[:, None])[:, 0].tolist()
+
+    def _start_ids(self) -> list[int]:
+        # The first scored token needs something to be predicted from.
+        tok = self.local_model.tokenizer
+        for token_id in (tok.bos_token_id, tok.eos_token_id):
+            if token_id is not None:
+                return [int(token_id)]
+        return []
