@@ -183,7 +183,7 @@ class _Machine:
         frame = Frame(action=Action.USER_QUERY, content=question, token_count=count_tokens(question),
                       state_after=cfg.initial_state_value)
         update = {**base, "question": question, "stack": [frame]}
-        if not state.get("question") or not _last_human_is(state, question):
+        if not _last_human_is(state, question):
             update["messages"] = [HumanMessage(content=question)]
         update["trace"] = self.record({**state, **base}, config, TraceEvent(
             step=0, action=Action.USER_QUERY.value, op="push", content=question, stack_depth=1,
@@ -483,13 +483,14 @@ def _last_human_is(state: TCRAGState, question: str) -> bool:
 def _extract_question(state: TCRAGState, cfg: TCRAGConfig) -> tuple[str, Optional[str]]:
     """The question and, if it cannot be used, why not."""
     raw: Any = state.get("question")
-    if raw is None:
-        humans = [m for m in state.get("messages") or [] if isinstance(m, HumanMessage)]
-        if not humans:
-            return "", "no question: give {'question': ...} or {'messages': [...]} with a human message"
-        raw = humans[-1].content
+    messages = state.get("messages") or []
+    # A chat turn ends with the user's message; it is newer than a question left from the last turn.
+    if messages and isinstance(messages[-1], HumanMessage):
+        raw = messages[-1].content
         if isinstance(raw, list):
             raw = _content_text(raw)
+    if raw is None:
+        return "", "no question: give {'question': ...} or {'messages': [...]} ending with a human message"
     if not isinstance(raw, str):
         return "", f"the question must be text, not {type(raw).__name__}"
     question = _CONTROL.sub(" ", raw).strip()

@@ -1,0 +1,354 @@
+"""Every transition of the TC-RAG stack machine, driven by a scripted chat model and scorer."""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+import time
+from pathlib import Path
+
+import pytest
+from langchain_core.tools import tool
+from langgraph.checkpoint.memory import InMemorySaver
+from langgraph.checkpoint.sqlite import SqliteSaver
+from langgraph.types import Command
+
+from tcrag_langgraph import Action, TCRAGConfig, build_graph
+from tcrag_langgraph.tools import ToolError
+
+from .conftest import ScriptedScorer, scripted
+
+Q = "Which drug is first-line for type 2 diabetes?"
+
+
+@tool("DOC_RAG")
+def doc_rag(query: str) -> str:
+    """Search medical documents."""
+    return f"Metformin is first-line therapy (results for: {query})"
+
+
+@tool("BROKEN")
+def broken(query: str) -> str:
+    """A tool whose backend is down."""
+    raise ConnectionError("connection refused by 127.0.0.1:9")
+
+
+@tool("FAILING")
+def failing(query: str) -> ToolError:
+    """A tool that reports a typed error."""
+    return ToolError("FAILING", "unavailable", "server returned 503")
+
+
+@tool("SLOW")
+def slow(query: str) -> str:
+    """A tool that hangs."""
+    time.sleep(5)
+    return "too late"
+
+
+def actions_of(stack):
+    return [f.action.value for f in stack]
+
+
+def run(responses, *, scorer=None, tools=(), **cfg):
+    model = scripted(responses)
+    scorer = scorer or ScriptedScorer()
+    graph = build_graph(model=model, tools=list(tools), scorer=scorer, config=TCRAGConfig(**cfg))
+    return graph.invoke({"question": Q}), model, scorer
+
+
+def test_push_pop_order_through_every_action():
+    responses = [
+        "Thought: I should check the guidelines.",
+        "Plan: search documents, then answer.",
+        "Tool_Use: DOC_RAG\nTool_Input: first-line therapy",
+        "Backtrack: that search was too broad",
+        "Summary: Plan to search and answer.",
+        "Conclusion: Metformin",
+    ]
+    scorer = ScriptedScorer({"I should check the guidelines.": 30.0, "Metformin": 4.0})
+    out, _, _ = run(responses, scorer=scorer, tools=[doc_rag])
+    assert actions_of(out["stack"]) == ["User_Query", "Thought", "Summary", "Conclusion"]
+    assert [(e.action, e.op) for e in out["trace"]] == [
+        ("User_Query", "push"), ("Thought", "push"), ("Plan", "push"), ("Tool_Use", "push"),
+        ("Backtrack", "pop"), ("Summary", "pop+push"), ("Conclusion", "push"), ("Halt", "halt"),
+    ]
+    assert out["answer"] == "Metformin" and out["answer_validated"] is True
+    assert out["halt_reason"] == "validated"
+    assert out["steps"] == 6 and out["llm_calls"] == 6 and out["tool_calls"] == 1
+    assert out["messages"][-1].content == "Metformin"
+
+
+def test_tool_frame_holds_call_and_real_observation_not_the_invented_one():
+    responses = [
+        "Tool_Use: DOC_RAG\nTool_Input: metformin\nTool_Observation: Insulin is first line.",
+        "Conclusion: Metformin",
+    ]
+    out, _, _ = run(responses, scorer=ScriptedScorer(default=1.0), tools=[doc_rag])
+    frame = out["stack"][1]
+    assert frame.action is Action.TOOL_USE
+    assert frame.tool_call.tool == "DOC_RAG" and frame.tool_call.tool_input == "metformin"
+    assert frame.tool_call.observation.startswith("Metformin is first-line therapy")
+    assert "Insulin" not in frame.render()
+    assert frame.token_count > 0
+
+
+def test_tool_use_without_input_searches_the_question():
+    out, _, _ = run(["Tool_Use: DOC_RAG", "Conclusion: Metformin"], scorer=ScriptedScorer(default=1.0),
+                    tools=[doc_rag])
+    assert out["stack"][1].tool_call.tool_input == Q
+
+
+def test_bottom_frame_is_never_popped():
+    responses = ["Backtrack: nothing useful", "Backtrack: again", "Summary: nothing", "Conclusion: Metformin"]
+    out, _, _ = run(responses, scorer=ScriptedScorer(default=1.0))
+    assert actions_of(out["stack"]) == ["User_Query", "Conclusion"]
+    assert [e.op for e in out["trace"][1:4]] == ["noop", "noop", "noop"]
+    assert out["stack"][0].content == Q
+
+
+def test_thought_state_is_clamped_to_sigma():
+    out, _, _ = run(["Thought: easy one", "Conclusion: Metformin"], sigma=10,
+                    scorer=ScriptedScorer({"easy one": 2.0, "Metformin": 5.0}))
+    thought = out["stack"][1]
+    assert thought.state_after == 10.0  # 2.0 clamped up: a Thought alone never ends the run
+    assert out["state_history"][0]["raw"] == 2.0 and out["state_history"][0]["value"] == 10.0
+
+
+def test_backtrack_of_a_thought_restores_the_state_value():
+    scorer = ScriptedScorer({"first idea": 40.0, "second idea": 25.0, "Metformin": 3.0})
+    responses = ["Thought: first idea", "Thought: second idea", "Backtrack: second idea was wrong", "Conclusion: Metformin"]
+    out, _, _ = run(responses, scorer=scorer, sigma=10)
+    values = [e.state_value for e in out["trace"]]
+    assert values[1] == 40.0 and values[2] == 25.0
+    assert values[3] == 40.0  # restored to the value before the popped Thought
+    assert out["trace"][3].detail == "popped Thought"
+
+
+def test_backtrack_of_a_non_thought_keeps_the_state_value():
+    scorer = ScriptedScorer({"first idea": 40.0, "Metformin": 3.0})
+    responses = ["Thought: first idea", "Plan: look it up", "Backtrack: bad plan", "Conclusion: Metformin"]
+    out, _, _ = run(responses, scorer=scorer)
+    assert out["trace"][3].state_value == 40.0
+
+
+def test_conclusion_rejected_above_sigma_then_accepted_below():
+    scorer = ScriptedScorer({"Insulin": 35.0, "Metformin": 6.0})
+    out, _, _ = run(["Conclusion: Insulin", "Conclusion: Metformin"], scorer=scorer, sigma=10)
+    assert actions_of(out["stack"]) == ["User_Query", "Thought", "Conclusion"]
+    rejected = out["stack"][1]
+    assert rejected.content == "Insulin" and rejected.state_after == 35.0
+    assert out["trace"][1].op == "reject"
+    assert out["answer"] == "Metformin" and out["answer_validated"] is True
+    assert out["state_value"] == 6.0
+
+
+def test_budget_exhaustion_is_flagged_not_validated():
+    scorer = ScriptedScorer(default=99.0)
+    out, model, _ = run(["Thought: still thinking"], scorer=scorer, max_steps=3)
+    assert out["halt_reason"] == "max_steps"
+    assert out["answer_validated"] is False
+    assert out["answer"] == "still thinking"
+    assert out["steps"] == 3 and len(model.seen) == 3
+    assert "step budget" in out["error"]
+    assert out["messages"][-1].response_metadata["answer_validated"] is False
+
+
+def test_budget_hit_with_high_conclusions_never_passes_them_off():
+    out, _, _ = run(["Conclusion: Insulin"], scorer=ScriptedScorer(default=99.0), max_steps=2)
+    assert out["halt_reason"] == "max_steps" and out["answer_validated"] is False
+
+
+@pytest.mark.parametrize("switch,action", [("enable_backtrack", "Backtrack"), ("enable_summary", "Summary")])
+def test_ablation_removes_the_action(switch, action):
+    responses = [f"{action}: try it", "Conclusion: Metformin"]
+    out, model, _ = run(responses, scorer=ScriptedScorer(default=1.0), **{switch: False})
+    system = model.seen[0][0].content
+    assert f"{action}:" not in system
+    assert out["trace"][1].op == "format_error" and f"{action} is not available" in out["trace"][1].detail
+    assert out["answer_validated"] is True
+    # with the switch on, the same script applies the action
+    out_on, model_on, _ = run(responses, scorer=ScriptedScorer(default=1.0))
+    assert f"{action}:" in model_on.seen[0][0].content
+    assert out_on["trace"][1].action == action
+
+
+def test_ablation_without_state_monitor_halts_on_the_models_conclusion():
+    scorer = ScriptedScorer(default=99.0)
+    out, _, _ = run(["Thought: hmm", "Conclusion: Insulin"], scorer=scorer, enable_state_monitor=False)
+    assert scorer.calls == []
+    assert out["answer"] == "Insulin"
+    assert out["halt_reason"] == "conclusion_unmonitored" and out["answer_validated"] is False
+    with_monitor, _, _ = run(["Thought: hmm", "Conclusion: Insulin"], scorer=ScriptedScorer(default=99.0), max_steps=4)
+    assert with_monitor["halt_reason"] == "max_steps"
+
+
+def test_format_error_reprompts_with_the_error_then_recovers():
+    out, model, _ = run(["I am not sure what to do", "Conclusion: Metformin"], scorer=ScriptedScorer(default=1.0))
+    assert out["answer"] == "Metformin"
+    retry_prompt = model.seen[1]
+    assert retry_prompt[-2].content == "I am not sure what to do"
+    assert "could not be used" in retry_prompt[-1].content and "Conclusion:" in retry_prompt[-1].content
+    assert out["steps"] == 1 and out["llm_calls"] == 2
+
+
+def test_format_errors_end_the_run_after_the_allowed_retries():
+    out, model, _ = run(["???"], max_format_retries=2)
+    assert out["halt_reason"] == "format_error" and out["answer"] is None
+    assert len(model.seen) == 3
+    assert "no usable action after 3 tries" in out["error"]
+
+
+def test_unknown_tool_is_a_format_error():
+    out, model, _ = run(["Tool_Use: GOOGLE", "Conclusion: x"], scorer=ScriptedScorer(default=1.0), tools=[doc_rag])
+    assert "unknown tool" in out["trace"][1].detail and "DOC_RAG" in out["trace"][1].detail
+
+
+@pytest.mark.parametrize("bad_tool,kind", [(broken, "exception"), (failing, "unavailable")])
+def test_tool_failures_are_error_frames_never_evidence(bad_tool, kind):
+    out, model, _ = run([f"Tool_Use: {bad_tool.name}", "Conclusion: unknown"], scorer=ScriptedScorer(default=1.0),
+                        tools=[bad_tool])
+    frame = out["stack"][1]
+    assert frame.tool_call.is_error and frame.tool_call.error_kind == kind
+    assert "Tool_Error:" in frame.render() and "Tool_Observation:" not in frame.render()
+    assert "Tool_Error:" in model.seen[1][1].content
+
+
+def test_tool_timeout_is_bounded():
+    start = time.monotonic()
+    out, _, _ = run(["Tool_Use: SLOW", "Conclusion: x"], scorer=ScriptedScorer(default=1.0), tools=[slow],
+                    tool_timeout_s=0.5)
+    assert time.monotonic() - start < 4
+    assert out["stack"][1].tool_call.error_kind == "timeout"
+
+
+def test_model_failure_ends_cleanly():
+    from langchain_core.language_models.fake_chat_models import FakeListChatModel
+
+    class Down(FakeListChatModel):
+        def _call(self, *a, **k):
+            raise ConnectionError("LLM server at 127.0.0.1:1 refused the connection")
+
+    graph = build_graph(model=Down(responses=["x"]), scorer=ScriptedScorer())
+    out = graph.invoke({"question": Q})
+    assert out["halt_reason"] == "model_error" and "refused" in out["error"]
+
+
+@pytest.mark.parametrize(
+    "payload,needle",
+    [
+        ({"question": ""}, "empty"),
+        ({"question": "   \n\t "}, "empty"),
+        ({"question": "x" * 100_000}, "100,000 characters"),
+        ({"question": b"\x00\xff\xfe"}, "must be text"),
+        ({"question": 12345}, "must be text"),
+        ({"question": "\x00\x01\x02 ?!"}, "no readable text"),
+        ({"messages": []}, "no question"),
+    ],
+)
+def test_bad_input_gives_a_clear_error(payload, needle):
+    model = scripted(["Conclusion: never asked"])
+    out = build_graph(model=model, scorer=ScriptedScorer()).invoke(payload)
+    assert out["halt_reason"] == "invalid_input" and needle in out["error"]
+    assert out["answer"] is None and out["answer_validated"] is False
+    assert model.seen == []
+
+
+def test_messages_input_works_as_a_chat_agent():
+    from langchain_core.messages import HumanMessage
+
+    graph = build_graph(model=scripted(["Conclusion: Metformin"]), scorer=ScriptedScorer(default=1.0))
+    out = graph.invoke({"messages": [HumanMessage(content=Q)]})
+    assert out["question"] == Q and out["answer"] == "Metformin"
+    assert [m.type for m in out["messages"]] == ["human", "ai"]
+
+
+def test_runtime_context_overrides_sigma_and_metric():
+    scorer = ScriptedScorer({"Metformin": 15.0})
+    graph = build_graph(model=scripted(["Conclusion: Metformin"]), scorer=scorer, config=TCRAGConfig(max_steps=2))
+    assert graph.invoke({"question": Q})["halt_reason"] == "max_steps"  # 15 >= default sigma 10
+    out = graph.invoke({"question": Q}, context={"sigma": 20.0, "metric": "uct"})
+    assert out["halt_reason"] == "validated" and out["sigma"] == 20.0 and out["metric"] == "uct"
+    assert scorer.calls[-1][2] == "uct"
+    out = graph.invoke({"question": Q}, config={"configurable": {"sigma": 16}})
+    assert out["halt_reason"] == "validated"
+
+
+def test_custom_stream_emits_every_stack_event():
+    graph = build_graph(model=scripted(["Thought: a", "Backtrack: no", "Conclusion: b"]),
+                        scorer=ScriptedScorer(default=1.0))
+    events = [e for e in graph.stream({"question": Q}, stream_mode="custom")]
+    assert [(e["action"], e["op"]) for e in events] == [
+        ("User_Query", "push"), ("Thought", "push"), ("Backtrack", "pop"), ("Conclusion", "push"), ("Halt", "halt"),
+    ]
+    assert all(e["type"] == "tcrag" and "state_value" in e for e in events)
+
+
+def _sqlite_saver(tmp_path: Path):
+    return SqliteSaver(sqlite3.connect(tmp_path / "ckpt.sqlite", check_same_thread=False))
+
+
+@pytest.mark.parametrize("make_saver", [lambda p: InMemorySaver(), _sqlite_saver], ids=["memory", "sqlite"])
+def test_checkpointed_threads_do_not_leak_between_questions(make_saver, tmp_path):
+    graph = build_graph(model=scripted(["Thought: one", "Conclusion: A", "Conclusion: B"]),
+                        scorer=ScriptedScorer(default=1.0), checkpointer=make_saver(tmp_path))
+    cfg = {"configurable": {"thread_id": "t1"}}
+    first = graph.invoke({"question": "first question?"}, cfg)
+    second = graph.invoke({"question": "second question?"}, cfg)
+    assert first["answer"] == "A" and second["answer"] == "B"
+    assert actions_of(second["stack"]) == ["User_Query", "Conclusion"]
+    assert second["stack"][0].content == "second question?"
+    assert second["trace"][0].content == "second question?" and second["steps"] == 1
+    assert [m.type for m in second["messages"]] == ["human", "ai", "human", "ai"]
+    saved = graph.get_state(cfg).values
+    assert saved["answer"] == "B"
+
+
+@pytest.mark.parametrize("make_saver", [lambda p: InMemorySaver(), _sqlite_saver], ids=["memory", "sqlite"])
+def test_human_review_interrupts_and_resumes(make_saver, tmp_path):
+    graph = build_graph(model=scripted(["Conclusion: Insulin", "Conclusion: Metformin"]),
+                        scorer=ScriptedScorer(default=1.0), checkpointer=make_saver(tmp_path),
+                        config=TCRAGConfig(require_review=True))
+    cfg = {"configurable": {"thread_id": "review"}}
+    paused = graph.invoke({"question": Q}, cfg)
+    assert paused["__interrupt__"][0].value["answer"] == "Insulin"
+    assert paused.get("answer") is None
+    rejected = graph.invoke(Command(resume={"approve": False, "feedback": "check guidelines"}), cfg)
+    assert rejected["__interrupt__"][0].value["answer"] == "Metformin"
+    assert rejected["stack"][1].action is Action.THOUGHT and "check guidelines" in rejected["stack"][1].content
+    done = graph.invoke(Command(resume="approve"), cfg)
+    assert done["answer"] == "Metformin" and done["answer_validated"] is True
+
+
+def test_mermaid_drawing_matches_snapshot():
+    graph = build_graph(model=scripted(["Conclusion: x"]), scorer=ScriptedScorer())
+    drawing = graph.get_graph().draw_mermaid()
+    snapshot = Path(__file__).parent / "snapshots" / "graph.mmd"
+    if os.environ.get("UPDATE_SNAPSHOTS") == "1":  # regenerate deliberately, then review the diff
+        snapshot.write_text(drawing)
+    assert drawing == snapshot.read_text()
+    for node in ("Thought", "Tool_Use", "Backtrack", "Summary", "Conclusion", "Plan"):
+        assert f"\t{node}({node})" in drawing
+
+
+def test_build_graph_validates_arguments():
+    with pytest.raises(TypeError, match="BaseTool"):
+        build_graph(model=scripted(["x"]), tools=[lambda q: q])
+    with pytest.raises(TypeError, match="chat model"):
+        build_graph(model="gpt")
+    with pytest.raises(ValueError):
+        build_graph(model=scripted(["x"]), config={"sigma": -1})
+    with pytest.raises(ValueError, match="unique"):
+        build_graph(model=scripted(["x"]), tools=[doc_rag, doc_rag])
+
+
+def test_chat_turns_on_one_thread_answer_the_newest_message():
+    from langchain_core.messages import HumanMessage
+
+    graph = build_graph(model=scripted(["Conclusion: A", "Conclusion: B"]), scorer=ScriptedScorer(default=1.0),
+                        checkpointer=InMemorySaver())
+    cfg = {"configurable": {"thread_id": "chat"}}
+    graph.invoke({"messages": [HumanMessage(content="first?")]}, cfg)
+    out = graph.invoke({"messages": [HumanMessage(content="second?")]}, cfg)
+    assert out["question"] == "second?" and out["answer"] == "B"
+    assert [m.content for m in out["messages"]] == ["first?", "A", "second?", "B"]
