@@ -1,0 +1,162 @@
+"""Choosing sigma from data: does the state value separate right from wrong answers?
+
+TC-RAG halts and accepts an answer when the state value (``cppl`` or ``uct``) falls *below*
+sigma, so a low value should mean a correct answer. Given the final state values of a dev split
+and whether each answer was correct, this module reports
+
+* the AUROC of ``-value`` as a predictor of correctness (scikit-learn ``roc_auc_score``): 1.0 means
+  every correct answer had a lower value than every wrong one, 0.5 means no signal;
+* a proposed sigma. Candidates are the midpoints between consecutive distinct values (plus one
+  below the minimum and one above the maximum), and "accept" means ``value < sigma``:
+
+  - ``rule="youden"`` (default) maximises Youden's J = TPR - FPR, where TPR is the share of
+    correct answers accepted and FPR the share of wrong answers accepted;
+  - ``rule="accuracy"`` maximises the accuracy of the accept/reject decision,
+    ``(correct accepted + wrong rejected) / n``.
+
+  Ties go to the smallest sigma (the stricter monitor: more retrieval rather than an early stop).
+
+Example:
+    >>> r = calibrate([3.0, 4.0, 9.0, 12.0], [True, True, False, False])
+    >>> r.auroc, r.sigma
+    (1.0, 6.5)
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass
+from typing import Any, Literal, Optional, Sequence
+
+import numpy as np
+
+__all__ = ["SigmaProposal", "CalibrationResult", "state_value_auroc", "propose_sigma", "calibrate"]
+
+Rule = Literal["youden", "accuracy"]
+
+
+@dataclass(frozen=True)
+class SigmaProposal:
+    """A threshold and how it splits the dev answers (accept = value < sigma)."""
+
+    sigma: float
+    rule: str
+    objective: float
+    tpr: float
+    fpr: float
+    decision_accuracy: float
+    accept_rate: float
+
+
+@dataclass(frozen=True)
+class CalibrationResult:
+    """AUROC, the proposed sigma and the value distributions it came from."""
+
+    auroc: float
+    proposal: SigmaProposal
+    n: int
+    n_correct: int
+    n_wrong: int
+    n_missing: int
+    median_correct: float
+    median_wrong: float
+
+    @property
+    def sigma(self) -> float:
+        return self.proposal.sigma
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def _clean(values: Sequence[Optional[float]], correct: Sequence[bool]) -> tuple[np.ndarray, np.ndarray, int]:
+    if len(values) != len(correct):
+        raise ValueError(f"{len(values)} values for {len(correct)} labels")
+    keep = [(float(v), bool(c)) for v, c in zip(values, correct) if v is not None and not math.isnan(float(v))]
+    vals = np.array([v for v, _ in keep], dtype=float)
+    labels = np.array([c for _, c in keep], dtype=bool)
+    return vals, labels, len(values) - len(keep)
+
+
+def _need_both(labels: np.ndarray) -> None:
+    if labels.all() or not labels.any():
+        raise ValueError("calibration needs both correct and wrong answers with a state value")
+
+
+def state_value_auroc(values: Sequence[Optional[float]], correct: Sequence[bool]) -> float:
+    """AUROC of ``-value`` for predicting a correct answer (missing values are skipped).
+
+    Example:
+        >>> state_value_auroc([1.0, 2.0, 3.0], [True, False, True])
+        0.5
+    """
+    from sklearn.metrics import roc_auc_score
+
+    vals, labels, _ = _clean(values, correct)
+    _need_both(labels)
+    return float(roc_auc_score(labels, -vals))
+
+
+def propose_sigma(values: Sequence[Optional[float]], correct: Sequence[bool], *, rule: Rule = "youden") -> SigmaProposal:
+    """The sigma maximising the chosen rule (see the module docstring).
+
+    Example:
+        >>> p = propose_sigma([1.0, 2.0, 5.0, 6.0], [True, True, False, True])
+        >>> p.sigma, round(p.objective, 3)
+        (3.5, 0.667)
+    """
+    if rule not in ("youden", "accuracy"):
+        raise ValueError(f"unknown rule {rule!r} (youden, accuracy)")
+    vals, labels, _ = _clean(values, correct)
+    if vals.size == 0:
+        raise ValueError("no state values to calibrate on")
+    if rule == "youden":
+        _need_both(labels)
+    distinct = np.unique(vals)
+    candidates = [float(distinct[0])]  # accept nothing (strict <)
+    candidates += [float(x) for x in (distinct[:-1] + distinct[1:]) / 2.0]
+    candidates.append(math.nextafter(float(distinct[-1]), math.inf))  # accept everything
+    n_pos, n_neg = int(labels.sum()), int((~labels).sum())
+    best: Optional[SigmaProposal] = None
+    for sigma in candidates:
+        accept = vals < sigma
+        tp = int((accept & labels).sum())
+        fp = int((accept & ~labels).sum())
+        tpr = tp / n_pos if n_pos else 0.0
+        fpr = fp / n_neg if n_neg else 0.0
+        acc = (tp + (n_neg - fp)) / vals.size
+        objective = tpr - fpr if rule == "youden" else acc
+        if best is None or objective > best.objective + 1e-12:
+            best = SigmaProposal(
+                sigma=sigma,
+                rule=rule,
+                objective=objective,
+                tpr=tpr,
+                fpr=fpr,
+                decision_accuracy=acc,
+                accept_rate=float(accept.mean()),
+            )
+    assert best is not None
+    return best
+
+
+def calibrate(values: Sequence[Optional[float]], correct: Sequence[bool], *, rule: Rule = "youden") -> CalibrationResult:
+    """AUROC plus a proposed sigma; ``None``/NaN values (runs that never scored) are counted as
+    missing and left out.
+
+    Example:
+        >>> calibrate([1.0, None, 8.0], [True, True, False]).n_missing
+        1
+    """
+    vals, labels, missing = _clean(values, correct)
+    _need_both(labels)
+    return CalibrationResult(
+        auroc=state_value_auroc(vals.tolist(), labels.tolist()),
+        proposal=propose_sigma(vals.tolist(), labels.tolist(), rule=rule),
+        n=int(vals.size),
+        n_correct=int(labels.sum()),
+        n_wrong=int((~labels).sum()),
+        n_missing=missing,
+        median_correct=float(np.median(vals[labels])),
+        median_wrong=float(np.median(vals[~labels])),
+    )
