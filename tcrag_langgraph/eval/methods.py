@@ -1,0 +1,274 @@
+"""The compared methods (paper Table 1), all built from the same chat model, tools and scorer.
+
+=================  ==============================================================================
+name               what it is
+=================  ==============================================================================
+``base``           one LLM call, no retrieval
+``cot``            one LLM call asked to reason step by step, then give the answer
+``sr-rag``         single-round RAG: every tool is called once with the question, then one call
+``react``          the TC-RAG stack machine with Backtrack, Summary and the state monitor off
+                   (Thought / Plan / Tool_Use / Conclusion, the model decides when to stop)
+``tcrag-cppl``     TC-RAG, state monitor on conditional perplexity
+``tcrag-uct``      TC-RAG, state monitor on uncertainty
+``wo-backtrack``   TC-RAG without the Backtrack action
+``wo-summary``     TC-RAG without the Summary action
+``wo-monitor``     TC-RAG without the state monitor (the model's Conclusion ends the run)
+=================  ==============================================================================
+
+ReAct and the ablations are not copies: they are :func:`tcrag_langgraph.build_graph` with
+switches of :class:`~tcrag_langgraph.TCRAGConfig`. Base, CoT and SR-RAG are small LangGraph graphs
+that reuse the same model, tools and generation settings. Every method is invoked with
+``{"question": ...}`` and returns at least ``answer``, ``answer_validated``, ``halt_reason``,
+``llm_calls``, ``tool_calls``, ``steps`` and ``trace``.
+
+The ablations and ReAct use the base configuration's metric (``cppl`` unless ``config`` says
+otherwise); ``sigmas`` sets sigma per metric (the paper's 10 / 20 are for Qwen-32B; calibrate
+them for another model with ``tcrag calibrate``).
+
+Example:
+    >>> from langchain_core.language_models.fake_chat_models import FakeListChatModel
+    >>> m = build_method("base", model=FakeListChatModel(responses=["Answer: B"]))
+    >>> out = m.invoke({"question": "Which? A. x B. y"})
+    >>> out["answer"], out["llm_calls"], out["tool_calls"]
+    ('Answer: B', 1, 0)
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Any, Callable, Mapping, Optional, Sequence
+
+from langchain_core.language_models import BaseChatModel
+from langchain_core.messages import BaseMessage, HumanMessage, SystemMessage
+from langchain_core.runnables import RunnableConfig
+from langchain_core.tools import BaseTool
+from langgraph.graph import END, START, StateGraph
+from typing_extensions import TypedDict
+
+from ..config import TCRAGConfig
+from ..graph import build_graph
+from ..tokens import trim_to_tokens
+
+__all__ = ["MethodSpec", "METHODS", "METHOD_NAMES", "build_method", "build_methods", "tcrag_config_for"]
+
+
+@dataclass(frozen=True)
+class MethodSpec:
+    """A method's name, its table label and group, and (for stack-machine methods) its switches."""
+
+    name: str
+    label: str
+    group: str
+    kind: str  # "direct" (Base/CoT/SR-RAG graphs) or "tcrag" (build_graph)
+    overrides: Mapping[str, Any] = field(default_factory=dict)
+    uses_tools: bool = True
+
+
+METHODS: dict[str, MethodSpec] = {
+    spec.name: spec
+    for spec in (
+        MethodSpec("base", "Base", "Without RAG", "direct", uses_tools=False),
+        MethodSpec("cot", "CoT", "Without RAG", "direct", uses_tools=False),
+        MethodSpec("sr-rag", "SR-RAG", "Naive RAG", "direct"),
+        MethodSpec(
+            "react",
+            "ReAct",
+            "Adaptive RAG",
+            "tcrag",
+            {"enable_backtrack": False, "enable_summary": False, "enable_state_monitor": False},
+        ),
+        MethodSpec("tcrag-cppl", "TC-RAG-cppl", "Ours", "tcrag", {"metric": "cppl"}),
+        MethodSpec("tcrag-uct", "TC-RAG-uct", "Ours", "tcrag", {"metric": "uct"}),
+        MethodSpec("wo-backtrack", "w/o Backtrack", "Ablations", "tcrag", {"enable_backtrack": False}),
+        MethodSpec("wo-summary", "w/o Summary", "Ablations", "tcrag", {"enable_summary": False}),
+        MethodSpec("wo-monitor", "w/o State Monitor", "Ablations", "tcrag", {"enable_state_monitor": False}),
+    )
+}
+METHOD_NAMES: tuple[str, ...] = tuple(METHODS)
+
+
+def tcrag_config_for(
+    name: str, *, config: Optional[TCRAGConfig] = None, sigmas: Optional[Mapping[str, float]] = None
+) -> TCRAGConfig:
+    """The :class:`TCRAGConfig` a stack-machine method runs with.
+
+    Example:
+        >>> c = tcrag_config_for("react")
+        >>> (c.enable_backtrack, c.enable_summary, c.enable_state_monitor)
+        (False, False, False)
+        >>> tcrag_config_for("tcrag-uct", sigmas={"uct": 3.5}).effective_sigma
+        3.5
+    """
+    spec = _spec(name)
+    if spec.kind != "tcrag":
+        raise ValueError(f"{name} is not a stack-machine method")
+    base = config or TCRAGConfig()
+    values = dict(spec.overrides)
+    metric = values.get("metric", base.metric)
+    sigmas = dict(sigmas or {})
+    if metric in sigmas:
+        values["sigma"] = float(sigmas[metric])
+    elif metric != base.metric:
+        values["sigma"] = None  # base sigma belongs to the other metric: use the paper default
+    return base.merged(values)
+
+
+def _spec(name: str) -> MethodSpec:
+    try:
+        return METHODS[name]
+    except KeyError:
+        raise ValueError(f"unknown method {name!r}; choose from {', '.join(METHOD_NAMES)}") from None
+
+
+# --------------------------------------------------------------------------------------------
+# Direct methods: Base, CoT, SR-RAG
+# --------------------------------------------------------------------------------------------
+
+_SYSTEM = {
+    "base": "You are a medical expert. Answer the question directly and briefly.",
+    "cot": (
+        "You are a medical expert. Think step by step about the question, then give the final "
+        "answer on the last line, starting with 'Answer:'."
+    ),
+    "sr-rag": (
+        "You are a medical expert. Use the retrieved knowledge below when it helps, ignore it when it "
+        "does not, and answer the question directly and briefly."
+    ),
+}
+_ANSWER_LINE = re.compile(r"(?:^|\n)\s*(?:\*\*)?(?:final\s+answer|answer|答案)(?:\*\*)?\s*[:：]", re.IGNORECASE)
+
+
+class DirectState(TypedDict, total=False):
+    question: str
+    knowledge: list[dict[str, Any]]
+    answer: Optional[str]
+    raw_output: str
+    answer_validated: bool
+    halt_reason: Optional[str]
+    error: Optional[str]
+    llm_calls: int
+    tool_calls: int
+    steps: int
+    trace: list[Any]
+    state_value: Optional[float]
+
+
+def _final_answer(text: str) -> str:
+    """The part after the last "Answer:" line of a chain of thought (the whole text if none)."""
+    matches = list(_ANSWER_LINE.finditer(text))
+    if not matches:
+        return text.strip()
+    tail = text[matches[-1].start():].strip()
+    return tail or text.strip()
+
+
+def _content(message: BaseMessage) -> str:
+    content = message.content
+    if isinstance(content, list):
+        return "".join(p.get("text", "") if isinstance(p, dict) else str(p) for p in content)
+    return str(content)
+
+
+def _invoke_model(model: BaseChatModel, messages: list[BaseMessage], cfg: TCRAGConfig, config: RunnableConfig) -> str:
+    from ..models import LocalChatModel
+
+    kwargs: dict[str, Any] = {}
+    if isinstance(model, LocalChatModel):  # same generation settings as the stack machine
+        kwargs.update(max_new_tokens=cfg.max_new_tokens, temperature=cfg.temperature)
+    return _content(model.invoke(messages, config=config, **kwargs))
+
+
+def _direct_graph(name: str, model: BaseChatModel, tools: Sequence[BaseTool], cfg: TCRAGConfig):
+    def retrieve(state: DirectState, config: RunnableConfig) -> dict[str, Any]:
+        knowledge = []
+        for tool in tools:
+            try:
+                result = tool.invoke(state["question"], config=config)
+            except Exception as exc:  # a raising tool contributes no evidence
+                knowledge.append({"tool": tool.name, "error": f"{type(exc).__name__}: {exc}"})
+                continue
+            if type(result).__name__ == "ToolError":
+                knowledge.append({"tool": tool.name, "error": str(result)})
+                continue
+            text = result if isinstance(result, str) else str(getattr(result, "content", result))
+            knowledge.append({"tool": tool.name, "text": trim_to_tokens(text, cfg.max_observation_tokens)})
+        return {"knowledge": knowledge, "tool_calls": len(tools)}
+
+    def answer(state: DirectState, config: RunnableConfig) -> dict[str, Any]:
+        question = state["question"]
+        if name == "sr-rag":
+            usable = [k for k in state.get("knowledge", []) if "text" in k]
+            body = "\n\n".join(f"[{k['tool']}]\n{k['text']}" for k in usable) or "(nothing was retrieved)"
+            prompt = f"Retrieved knowledge:\n{body}\n\nQuestion:\n{question}"
+        else:
+            prompt = question
+        messages: list[BaseMessage] = [SystemMessage(content=_SYSTEM[name]), HumanMessage(content=prompt)]
+        base = {"llm_calls": 1, "steps": 1, "trace": [], "answer_validated": False, "state_value": None,
+                "tool_calls": state.get("tool_calls", 0)}
+        try:
+            text = _invoke_model(model, messages, cfg, config)
+        except Exception as exc:
+            return {**base, "answer": None, "raw_output": "", "halt_reason": "model_error", "error": f"{type(exc).__name__}: {exc}"}
+        final = _final_answer(text) if name == "cot" else text.strip()
+        return {**base, "answer": final or None, "raw_output": text, "halt_reason": "answered", "error": None}
+
+    builder = StateGraph(DirectState)
+    builder.add_node("Answer", answer)
+    if name == "sr-rag":
+        builder.add_node("Retrieve", retrieve)
+        builder.add_edge(START, "Retrieve")
+        builder.add_edge("Retrieve", "Answer")
+    else:
+        builder.add_edge(START, "Answer")
+    builder.add_edge("Answer", END)
+    graph = builder.compile(name=name)
+    return graph
+
+
+# --------------------------------------------------------------------------------------------
+# Public builders
+# --------------------------------------------------------------------------------------------
+
+
+def build_method(
+    name: str,
+    *,
+    model: BaseChatModel,
+    tools: Sequence[BaseTool] = (),
+    scorer: Any = None,
+    config: Optional[TCRAGConfig] = None,
+    sigmas: Optional[Mapping[str, float]] = None,
+):
+    """A compiled graph for method ``name`` (see the module table).
+
+    ``config`` is the shared base configuration (max_steps, max_new_tokens, temperature, ...);
+    ``scorer`` the state monitor for the TC-RAG variants (``None`` = the local LM scorer).
+    """
+    spec = _spec(name)
+    if not isinstance(model, BaseChatModel):
+        raise TypeError(f"model must be a LangChain chat model, got {type(model).__name__}")
+    base = config or TCRAGConfig()
+    if spec.kind == "direct":
+        return _direct_graph(name, model, list(tools) if spec.uses_tools else [], base)
+    cfg = tcrag_config_for(name, config=base, sigmas=sigmas)
+    return build_graph(model=model, tools=list(tools), scorer=scorer, config=cfg, name=name)
+
+
+def build_methods(
+    names: Sequence[str],
+    *,
+    model: BaseChatModel,
+    tools: Sequence[BaseTool] = (),
+    scorer: Any = None,
+    config: Optional[TCRAGConfig] = None,
+    sigmas: Optional[Mapping[str, float]] = None,
+) -> dict[str, Any]:
+    """``{name: graph}`` for several methods sharing one model, tool list and scorer."""
+    unknown = [n for n in names if n not in METHODS]
+    if unknown:
+        raise ValueError(f"unknown methods {unknown}; choose from {', '.join(METHOD_NAMES)}")
+    return {
+        n: build_method(n, model=model, tools=tools, scorer=scorer, config=config, sigmas=sigmas)
+        for n in dict.fromkeys(names)
+    }
