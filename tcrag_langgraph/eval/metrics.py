@@ -270,7 +270,12 @@ _YNM_MARKED = re.compile(
     rf"(?:[\s\*_:：=\-—\(\[,]|is|would\s+be|should\s+be)*{_YNM}\b",
     re.IGNORECASE,
 )
-_YNM_LEADING = re.compile(rf"^[\s\*_\(\[\"']*{_YNM}\b", re.IGNORECASE)
+# A leading "no" only counts when punctuation or the end follows: "No idea" / "No evidence" use it
+# as a determiner, not as the label.
+_YNM_LEADING = re.compile(
+    r"^[\s\*_\(\[\"']*(?:(?P<label>yes|maybe)\b|(?P<no>no)(?=\s*(?:[.,;:!?)\]\*\"'\-—]|$)))",
+    re.IGNORECASE,
+)
 
 
 def extract_yes_no_maybe(text: Optional[str]) -> Optional[str]:
@@ -278,7 +283,8 @@ def extract_yes_no_maybe(text: Optional[str]) -> Optional[str]:
 
     Only two places count: the last explicit marker ("Answer: no", "the final decision is
     maybe") or the first word of the reply ("Yes, because ..."). A "no" somewhere in the middle
-    of a sentence ("there is no evidence") is *not* read as the label.
+    of a sentence ("there is no evidence") is *not* read as the label, and a leading "no" counts
+    only when punctuation or the end follows ("No." or "No, ..." but not "No idea").
 
     Example:
         >>> extract_yes_no_maybe("**Yes.** Mitochondria play a role.")
@@ -293,7 +299,9 @@ def extract_yes_no_maybe(text: Optional[str]) -> Optional[str]:
     if hits:
         return hits[-1].group("label").lower()
     m = _YNM_LEADING.match(text)
-    return m.group("label").lower() if m else None
+    if not m:
+        return None
+    return (m.group("label") or m.group("no")).lower()
 
 
 def label_accuracy(predictions: Sequence[Optional[str]], golds: Sequence[str]) -> AccuracyResult:

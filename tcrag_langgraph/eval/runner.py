@@ -1,0 +1,435 @@
+"""Run methods over a dataset, score every answer, and summarise accuracy against cost.
+
+Results are appended to ``results.jsonl`` as each (question, method) finishes, so an interrupted
+run resumes where it stopped: rows already in the file are skipped (a half-written last line is
+dropped). ``run.json`` keeps the settings; resuming with different settings is refused rather
+than mixing two experiments in one table. Each (seed, method, question) pair seeds Python's,
+NumPy's and (when loaded) torch's RNG, so a resumed run gives the same rows as an uninterrupted
+one.
+
+Example:
+    >>> from langchain_core.language_models.fake_chat_models import FakeListChatModel
+    >>> from tcrag_langgraph.eval.datasets import QARecord
+    >>> from tcrag_langgraph.eval.methods import build_methods
+    >>> recs = [QARecord("q1", "Is aspirin an NSAID?", "yesno", ("yes",))]
+    >>> methods = build_methods(["base"], model=FakeListChatModel(responses=["Yes."]))
+    >>> rows = run_evaluation(recs, methods, progress=False)
+    >>> rows[0]["correct"], summarize(rows)[0]["accuracy"]
+    (True, 1.0)
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import math
+import os
+import random
+import sys
+import time
+import zlib
+from pathlib import Path
+from typing import Any, Callable, Iterable, Mapping, Optional, Sequence
+
+from .datasets import QARecord, format_question
+from .efficiency import COST_FIELDS, UsageMeter, mean_costs, question_cost
+from .metrics import bleu, extract_choice_letters, extract_yes_no_maybe, rouge_l_recall, squad_exact_match, token_f1
+
+__all__ = [
+    "score_answer",
+    "run_evaluation",
+    "summarize",
+    "summary_markdown",
+    "write_summary",
+    "plot_accuracy_vs_cost",
+    "read_results",
+    "RESULTS_FILE",
+    "SETTINGS_FILE",
+    "SettingsMismatch",
+]
+
+RESULTS_FILE = "results.jsonl"
+SETTINGS_FILE = "run.json"
+
+
+class SettingsMismatch(RuntimeError):
+    """The output folder holds a run with other settings."""
+
+
+# --------------------------------------------------------------------------------------------
+# Scoring one answer
+# --------------------------------------------------------------------------------------------
+
+
+def score_answer(record: QARecord, answer: Optional[str]) -> dict[str, Any]:
+    """Scores of one answer: ``parsed`` and ``correct`` for mcq / yesno (unparseable = wrong),
+    EM / F1 / BLEU-1 / BLEU-4 / ROUGE-L recall for open questions.
+
+    Example:
+        >>> r = QARecord("1", "q", "mcq", ("A", "C"), options={"A": "x", "B": "y", "C": "z"})
+        >>> score_answer(r, "Answer: C, A")
+        {'parsed': 'AC', 'correct': True}
+        >>> score_answer(r, None)
+        {'parsed': None, 'correct': False}
+    """
+    if record.task == "mcq":
+        found = extract_choice_letters(answer, letters=record.letters, options=record.options)
+        parsed = "".join(sorted(found)) if found else None
+        return {"parsed": parsed, "correct": found is not None and found == frozenset(record.answers)}
+    if record.task == "yesno":
+        label = extract_yes_no_maybe(answer)
+        return {"parsed": label, "correct": label is not None and label == record.answers[0]}
+    refs = list(record.answers)
+    return {
+        "parsed": answer,
+        "em": float(squad_exact_match(answer, refs)),
+        "f1": token_f1(answer, refs),
+        "bleu1": bleu(answer, refs, order=1),
+        "bleu4": bleu(answer, refs, order=4),
+        "rouge_l_recall": rouge_l_recall(answer, refs),
+    }
+
+
+# --------------------------------------------------------------------------------------------
+# Results file
+# --------------------------------------------------------------------------------------------
+
+
+def read_results(path: str | os.PathLike[str], *, repair: bool = False) -> list[dict[str, Any]]:
+    """Rows of a ``results.jsonl``. A broken *last* line (an interrupted write) is dropped, and
+    with ``repair=True`` cut from the file; a broken line elsewhere is an error."""
+    file = Path(path)
+    if not file.exists():
+        return []
+    data = file.read_bytes()
+    lines = data.split(b"\n")
+    rows: list[dict[str, Any]] = []
+    offset = 0
+    for i, raw in enumerate(lines):
+        last = i == len(lines) - 1
+        if raw.strip():
+            try:
+                rows.append(json.loads(raw.decode("utf-8")))
+            except (json.JSONDecodeError, UnicodeDecodeError):
+                if not last:
+                    raise ValueError(f"{file}:{i + 1}: corrupt results line") from None
+                if repair:
+                    with file.open("r+b") as fh:
+                        fh.truncate(offset)
+                break
+            if last and repair:  # complete row without its newline: finish the line
+                with file.open("ab") as fh:
+                    fh.write(b"\n")
+        offset += len(raw) + 1
+    return rows
+
+
+def _check_settings(out_dir: Path, settings: Mapping[str, Any]) -> None:
+    file = out_dir / SETTINGS_FILE
+    wanted = json.loads(json.dumps(settings, sort_keys=True, default=str))
+    if file.exists():
+        saved = json.loads(file.read_text(encoding="utf-8"))
+        if saved != wanted:
+            diff = sorted(k for k in set(saved) | set(wanted) if saved.get(k) != wanted.get(k))
+            raise SettingsMismatch(
+                f"{out_dir} holds a run with other settings ({', '.join(diff)}); use another --out folder"
+            )
+    else:
+        out_dir.mkdir(parents=True, exist_ok=True)
+        file.write_text(json.dumps(wanted, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+
+
+# --------------------------------------------------------------------------------------------
+# Running
+# --------------------------------------------------------------------------------------------
+
+
+def _seed_everything(seed: int, method: str, record_id: str) -> int:
+    value = zlib.crc32(f"{seed}:{method}:{record_id}".encode("utf-8"))
+    random.seed(value)
+    try:
+        import numpy as np
+
+        np.random.seed(value)
+    except ImportError:  # numpy is optional here
+        pass
+    if "torch" in sys.modules:
+        sys.modules["torch"].manual_seed(value)
+    return value
+
+
+def _final_value(output: Mapping[str, Any]) -> Optional[float]:
+    value = output.get("state_value")
+    history = output.get("state_history") or []
+    if not history:  # never scored: the initial "large value" is not a measurement
+        return None
+    return None if value is None else float(value)
+
+
+def _run_one(
+    method: str,
+    graph: Any,
+    record: QARecord,
+    *,
+    seed: int,
+    include_context: bool,
+    language: str,
+    poison: Any,
+) -> dict[str, Any]:
+    question = format_question(record, include_context=include_context, language=language)  # type: ignore[arg-type]
+    meter = UsageMeter()
+    if poison is not None:
+        poison.begin(record)
+    _seed_everything(seed, method, record.id)
+    error = None
+    start = time.perf_counter()
+    try:
+        output = graph.invoke({"question": question}, config={"callbacks": [meter], "recursion_limit": 10_000})
+    except Exception as exc:  # one broken question must not end the whole evaluation
+        output = {"answer": None, "halt_reason": "exception"}
+        error = f"{type(exc).__name__}: {exc}"
+    wall = time.perf_counter() - start
+    cost = question_cost(output, meter, wall_time_s=wall)
+    answer = output.get("answer")
+    row: dict[str, Any] = {
+        "method": method,
+        "id": record.id,
+        "task": record.task,
+        "gold": list(record.answers),
+        "answer": answer,
+        **score_answer(record, answer),
+        "validated": bool(output.get("answer_validated", False)),
+        "halt_reason": output.get("halt_reason"),
+        "state_value": _final_value(output),
+        "error": error or output.get("error"),
+        "seed": seed,
+        **cost.to_dict(),
+    }
+    if poison is not None:
+        row["poisoned"] = bool(poison.poisoned)
+        row["poison_first_call_failed"] = poison.first_call_failed
+    return row
+
+
+def run_evaluation(
+    records: Sequence[QARecord],
+    methods: Mapping[str, Any],
+    *,
+    out_dir: Optional[str | os.PathLike[str]] = None,
+    settings: Optional[Mapping[str, Any]] = None,
+    seed: int = 0,
+    include_context: bool = True,
+    language: str = "en",
+    poison: Any = None,
+    progress: bool = True,
+    on_row: Optional[Callable[[dict[str, Any]], None]] = None,
+) -> list[dict[str, Any]]:
+    """Run every method on every record (question-major) and return all result rows.
+
+    With ``out_dir`` rows are appended to ``results.jsonl`` one by one and rows already there
+    are reused (resume); ``settings`` is saved to / checked against ``run.json``.
+    """
+    ids = [r.id for r in records]
+    if len(set(ids)) != len(ids):
+        raise ValueError("record ids must be unique")
+    done: dict[tuple[str, str], dict[str, Any]] = {}
+    results_file: Optional[Path] = None
+    if out_dir is not None:
+        out = Path(out_dir)
+        _check_settings(out, {**(settings or {}), "methods": list(methods), "seed": seed, "ids": ids})
+        results_file = out / RESULTS_FILE
+        for row in read_results(results_file, repair=True):
+            done[(row["method"], row["id"])] = row
+    todo = [(r, m) for r in records for m in methods if (m, r.id) not in done]
+
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+
+    bar = Progress(
+        TextColumn("[bold]{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        TimeRemainingColumn(),
+        disable=not progress,
+        transient=False,
+    )
+    new_rows: dict[tuple[str, str], dict[str, Any]] = {}
+    with bar:
+        task = bar.add_task("evaluating", total=len(records) * len(methods), completed=len(done))
+        handle = results_file.open("a", encoding="utf-8") if results_file is not None else None
+        try:
+            for record, method in todo:
+                bar.update(task, description=f"{method} {record.id}")
+                row = _run_one(
+                    method, methods[method], record, seed=seed, include_context=include_context,
+                    language=language, poison=poison,
+                )
+                if handle is not None:
+                    handle.write(json.dumps(row, ensure_ascii=False, default=str) + "\n")
+                    handle.flush()
+                    os.fsync(handle.fileno())
+                new_rows[(method, record.id)] = row
+                if on_row is not None:
+                    on_row(row)
+                bar.advance(task)
+        finally:
+            if handle is not None:
+                handle.close()
+    merged = {**done, **new_rows}
+    return [merged[(m, r.id)] for r in records for m in methods if (m, r.id) in merged]
+
+
+# --------------------------------------------------------------------------------------------
+# Summaries
+# --------------------------------------------------------------------------------------------
+
+_OPEN = ("em", "f1", "bleu1", "bleu4", "rouge_l_recall")
+
+
+def _mean(values: Iterable[float]) -> Optional[float]:
+    vals = list(values)
+    return sum(vals) / len(vals) if vals else None
+
+
+def summarize(rows: Sequence[Mapping[str, Any]], *, labels: Optional[Mapping[str, str]] = None) -> list[dict[str, Any]]:
+    """One summary row per method (in first-seen order).
+
+    ``accuracy`` is over every choice / yes-no question (unparseable answers count as wrong and
+    are reported in ``unparseable``); open-answer metrics are means over open questions. Costs
+    are means per question; ``backtrack_rate`` / ``summary_rate`` are the shares of questions
+    with at least one Backtrack / Summary (Table 5's probabilities).
+    """
+    order = list(dict.fromkeys(r["method"] for r in rows))
+    out = []
+    for method in order:
+        mine = [r for r in rows if r["method"] == method]
+        closed = [r for r in mine if r["task"] in ("mcq", "yesno")]
+        opened = [r for r in mine if r["task"] == "open"]
+        summary: dict[str, Any] = {
+            "method": method,
+            "label": (labels or {}).get(method, method),
+            "n": len(mine),
+            "n_closed": len(closed),
+            "correct": sum(bool(r.get("correct")) for r in closed),
+            "accuracy": _mean(float(bool(r.get("correct"))) for r in closed),
+            "unparseable": sum(r.get("parsed") is None for r in closed),
+            "validated_rate": _mean(float(bool(r.get("validated"))) for r in mine),
+            "errors": sum(1 for r in mine if r.get("halt_reason") in ("exception", "model_error", "scorer_error")),
+            "backtrack_rate": _mean(float((r.get("backtracks") or 0) > 0) for r in mine),
+            "summary_rate": _mean(float((r.get("summaries") or 0) > 0) for r in mine),
+        }
+        for key in _OPEN:
+            summary[key] = _mean(float(r[key]) for r in opened if r.get(key) is not None)
+        summary.update({f"avg_{k}": v for k, v in mean_costs(mine).items()})
+        if any("poisoned" in r for r in mine):
+            summary["poisoned_rate"] = _mean(float(bool(r.get("poisoned"))) for r in mine)
+        halts: dict[str, int] = {}
+        for r in mine:
+            halts[str(r.get("halt_reason"))] = halts.get(str(r.get("halt_reason")), 0) + 1
+        summary["halt_reasons"] = halts
+        out.append(summary)
+    return out
+
+
+def _pct(value: Optional[float]) -> str:
+    return "-" if value is None else f"{100 * value:.2f}"
+
+
+def _num(value: Optional[float], digits: int = 2) -> str:
+    return "-" if value is None or (isinstance(value, float) and math.isnan(value)) else f"{value:.{digits}f}"
+
+
+def _columns(summary: Sequence[Mapping[str, Any]]) -> list[tuple[str, Callable[[Mapping[str, Any]], str]]]:
+    cols: list[tuple[str, Callable[[Mapping[str, Any]], str]]] = [
+        ("Method", lambda s: str(s["label"])),
+        ("N", lambda s: str(s["n"])),
+    ]
+    if any(s["n_closed"] for s in summary):
+        cols += [
+            ("EM (%)", lambda s: _pct(s["accuracy"])),
+            ("Unparseable", lambda s: str(s["unparseable"])),
+        ]
+    if any(s.get("rouge_l_recall") is not None for s in summary):
+        cols += [
+            ("EM-open (%)", lambda s: _pct(s["em"])),
+            ("F1 (%)", lambda s: _pct(s["f1"])),
+            ("BLEU-1 (%)", lambda s: _pct(s["bleu1"])),
+            ("BLEU-4 (%)", lambda s: _pct(s["bleu4"])),
+            ("ROUGE-L-R (%)", lambda s: _pct(s["rouge_l_recall"])),
+        ]
+    cols += [
+        ("Validated (%)", lambda s: _pct(s["validated_rate"])),
+        ("Avg. Interactions", lambda s: _num(s["avg_llm_calls"])),
+        ("Avg. Retrievals", lambda s: _num(s["avg_retrievals"])),
+        ("Avg. Time (s)", lambda s: _num(s["avg_wall_time_s"])),
+        ("Avg. Completion Tokens", lambda s: _num(s["avg_completion_tokens"])),
+        ("Avg. Total Tokens", lambda s: _num(s["avg_total_tokens"])),
+        ("Backtrack Prob. (%)", lambda s: _pct(s["backtrack_rate"])),
+        ("Summary Prob. (%)", lambda s: _pct(s["summary_rate"])),
+    ]
+    if any("poisoned_rate" in s for s in summary):
+        cols.append(("Attacked (%)", lambda s: _pct(s.get("poisoned_rate"))))
+    cols.append(("Errors", lambda s: str(s["errors"])))
+    return cols
+
+
+def summary_markdown(summary: Sequence[Mapping[str, Any]]) -> str:
+    """The summary as a Markdown table (percentages for scores and rates)."""
+    cols = _columns(summary)
+    lines = ["| " + " | ".join(name for name, _ in cols) + " |", "|" + "|".join("---" for _ in cols) + "|"]
+    for s in summary:
+        lines.append("| " + " | ".join(fmt(s) for _, fmt in cols) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def _summary_csv(summary: Sequence[Mapping[str, Any]]) -> str:
+    keys = [k for k in summary[0] if k != "halt_reasons"] + ["halt_reasons"] if summary else []
+    buf = io.StringIO()
+    writer = csv.DictWriter(buf, fieldnames=keys, lineterminator="\n")
+    writer.writeheader()
+    for s in summary:
+        writer.writerow({k: json.dumps(s[k]) if k == "halt_reasons" else s.get(k) for k in keys})
+    return buf.getvalue()
+
+
+def plot_accuracy_vs_cost(summary: Sequence[Mapping[str, Any]], path: str | os.PathLike[str]) -> Path:
+    """PNG: score against mean total tokens and against mean wall time, one point per method."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    metric = "accuracy" if any(s.get("accuracy") is not None for s in summary) else "rouge_l_recall"
+    label = "EM accuracy (%)" if metric == "accuracy" else "ROUGE-L recall (%)"
+    fig, axes = plt.subplots(1, 2, figsize=(10, 4), constrained_layout=True)
+    for ax, cost, xlabel in (
+        (axes[0], "avg_total_tokens", "mean tokens per question (prompt + completion)"),
+        (axes[1], "avg_wall_time_s", "mean wall time per question (s)"),
+    ):
+        for s in summary:
+            y = s.get(metric)
+            if y is None:
+                continue
+            ax.scatter(s[cost], 100 * y)
+            ax.annotate(str(s["label"]), (s[cost], 100 * y), textcoords="offset points", xytext=(4, 4), fontsize=8)
+        ax.set_xlabel(xlabel)
+        ax.set_ylabel(label)
+        ax.grid(True, alpha=0.3)
+    fig.suptitle("Score against cost")
+    out = Path(path)
+    fig.savefig(out, dpi=120)
+    plt.close(fig)
+    return out
+
+
+def write_summary(summary: Sequence[Mapping[str, Any]], out_dir: str | os.PathLike[str], *, plot: bool = True) -> dict[str, Path]:
+    """Write ``summary.md``, ``summary.csv`` and ``accuracy_vs_cost.png`` into ``out_dir``."""
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    paths = {"markdown": out / "summary.md", "csv": out / "summary.csv"}
+    paths["markdown"].write_text(summary_markdown(summary), encoding="utf-8")
+    paths["csv"].write_text(_summary_csv(summary), encoding="utf-8")
+    if plot and summary:
+        paths["plot"] = plot_accuracy_vs_cost(summary, out / "accuracy_vs_cost.png")
+    return paths

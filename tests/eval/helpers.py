@@ -1,0 +1,69 @@
+"""Scripted models, scorers and tools for the evaluation tests (importable by ``module:callable``)."""
+
+from __future__ import annotations
+
+from langchain_core.language_models.fake_chat_models import FakeListChatModel
+from langchain_core.tools import tool
+
+
+class RecordingModel(FakeListChatModel):
+    """FakeListChatModel that keeps every prompt it was sent."""
+
+    seen: list = []
+
+    def _call(self, messages, stop=None, run_manager=None, **kwargs):
+        self.seen.append(list(messages))
+        return super()._call(messages, stop=stop, run_manager=run_manager, **kwargs)
+
+
+def model(*responses: str) -> RecordingModel:
+    return RecordingModel(responses=list(responses), seen=[])
+
+
+class TextScorer:
+    """State value by substring: the first key found in the scored text wins, else ``default``."""
+
+    def __init__(self, values: dict[str, float] | None = None, default: float = 50.0) -> None:
+        self.values = dict(values or {})
+        self.default = default
+        self.calls: list[tuple[str, str, str]] = []
+
+    def score(self, query: str, text: str, *, metric: str) -> float:
+        self.calls.append((query, text, metric))
+        for key, value in self.values.items():
+            if key in text:
+                return value
+        return self.default
+
+
+def make_doc_tool(prefix: str = "passage about"):
+    @tool("DOC_RAG")
+    def doc_rag(query: str) -> str:
+        """Search medical documents for a query."""
+        return f"{prefix} {query}"
+
+    return doc_rag
+
+
+# ----- factories for the CLI tests (module:callable) -----
+
+
+def yes_no_model() -> RecordingModel:
+    """Alternates "Conclusion: yes" / "Conclusion: no" call by call."""
+    return model("Conclusion: yes", "Conclusion: no")
+
+
+def always_yes_model() -> RecordingModel:
+    return model("Conclusion: yes")
+
+
+def tool_then_yes_model() -> RecordingModel:
+    return model("Tool_Use: DOC_RAG\nTool_Input: aspirin", "Conclusion: yes")
+
+
+def yes_low_scorer() -> TextScorer:
+    return TextScorer({"yes": 1.0}, default=9.0)
+
+
+def doc_tools() -> list:
+    return [make_doc_tool()]

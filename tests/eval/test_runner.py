@@ -1,0 +1,127 @@
+"""Runner: scoring, JSONL results, resume, settings check, summary files."""
+
+from __future__ import annotations
+
+import csv
+import json
+
+import pytest
+
+from tcrag_langgraph.eval.datasets import QARecord
+from tcrag_langgraph.eval.methods import build_methods
+from tcrag_langgraph.eval.runner import (
+    SettingsMismatch,
+    read_results,
+    run_evaluation,
+    score_answer,
+    summarize,
+    summary_markdown,
+    write_summary,
+)
+
+from .helpers import TextScorer, make_doc_tool, model
+
+RECS = [
+    QARecord("q1", "Is aspirin an NSAID?", "yesno", ("yes",)),
+    QARecord("q2", "Is insulin oral?", "yesno", ("no",)),
+    QARecord("q3", "Pick", "mcq", ("B",), options={"A": "x", "B": "y", "C": "z"}),
+]
+
+
+def test_score_answer_per_task():
+    assert score_answer(RECS[0], "Yes, it is.") == {"parsed": "yes", "correct": True}
+    assert score_answer(RECS[1], "It depends") == {"parsed": None, "correct": False}
+    assert score_answer(RECS[2], "I pick y") == {"parsed": "B", "correct": True}  # option text fallback
+    open_rec = QARecord("o", "Explain", "open", ("aspirin inhibits cyclooxygenase",))
+    s = score_answer(open_rec, "Aspirin inhibits cyclooxygenase.")
+    assert s["em"] == 1.0 and s["f1"] == 1.0 and s["rouge_l_recall"] == 1.0 and 0 < s["bleu4"] <= s["bleu1"]
+
+
+def _methods(answers):
+    return build_methods(["base"], model=model(*answers))
+
+
+def test_rows_summary_and_unparseable_in_denominator(tmp_path):
+    rows = run_evaluation(RECS, _methods(["Yes.", "no idea", "B"]), progress=False)
+    assert [r["correct"] for r in rows] == [True, False, True]
+    s = summarize(rows)[0]
+    assert (s["n"], s["correct"], s["unparseable"]) == (3, 2, 1)
+    assert s["accuracy"] == pytest.approx(2 / 3)
+    assert s["avg_llm_calls"] == 1.0 and s["avg_retrievals"] == 0.0
+    paths = write_summary(summarize(rows, labels={"base": "Base"}), tmp_path)
+    md = paths["markdown"].read_text()
+    assert "| Base | 3 | 66.67 | 1 |" in md
+    table = list(csv.DictReader(paths["csv"].open()))
+    assert table[0]["method"] == "base" and float(table[0]["accuracy"]) == pytest.approx(2 / 3)
+    assert paths["plot"].read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_results_are_appended_and_a_rerun_resumes(tmp_path):
+    out = tmp_path / "run"
+
+    def interrupt_after_two(row):
+        if row["id"] == "q2":
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        run_evaluation(RECS, _methods(["Yes.", "No."]), out_dir=out, settings={"d": 1}, progress=False,
+                       on_row=interrupt_after_two)
+    assert [r["id"] for r in read_results(out / "results.jsonl")] == ["q1", "q2"]
+    # Simulate a kill in the middle of writing the next row.
+    with (out / "results.jsonl").open("a") as fh:
+        fh.write('{"method": "base", "id": "q3", "ans')
+    m = model("B")
+    rows = run_evaluation(RECS, build_methods(["base"], model=m), out_dir=out, settings={"d": 1}, progress=False)
+    assert len(m.seen) == 1  # only q3 was run again
+    assert [r["id"] for r in rows] == ["q1", "q2", "q3"] and all(r["correct"] for r in rows)
+    lines = (out / "results.jsonl").read_text().splitlines()
+    assert len(lines) == 3 and all(json.loads(line) for line in lines)
+
+
+def test_a_different_experiment_in_the_same_folder_is_refused(tmp_path):
+    run_evaluation(RECS[:1], _methods(["Yes."]), out_dir=tmp_path, settings={"sigma": 10}, progress=False)
+    with pytest.raises(SettingsMismatch, match="sigma"):
+        run_evaluation(RECS[:1], _methods(["Yes."]), out_dir=tmp_path, settings={"sigma": 5}, progress=False)
+    with pytest.raises(SettingsMismatch, match="ids"):
+        run_evaluation(RECS[:2], _methods(["Yes."]), out_dir=tmp_path, settings={"sigma": 10}, progress=False)
+
+
+def test_corrupt_middle_line_is_an_error(tmp_path):
+    f = tmp_path / "results.jsonl"
+    f.write_text('{"a": 1}\nnot json\n{"b": 2}\n')
+    with pytest.raises(ValueError, match=":2: corrupt"):
+        read_results(f)
+
+
+def test_seeded_runs_are_identical_and_exceptions_become_rows(tmp_path):
+    class Exploding:
+        def invoke(self, *a, **k):
+            raise RuntimeError("graph bug")
+
+    rows = run_evaluation(RECS[:1], {"boom": Exploding()}, progress=False)
+    assert rows[0]["halt_reason"] == "exception" and not rows[0]["correct"] and "graph bug" in rows[0]["error"]
+
+    import random
+
+    class RandomAnswer:
+        def invoke(self, state, config=None):
+            return {"answer": random.choice(["yes", "no"])}
+
+    a = run_evaluation(RECS * 1, {"r": RandomAnswer()}, seed=3, progress=False)
+    b = run_evaluation(RECS * 1, {"r": RandomAnswer()}, seed=3, progress=False)
+    assert [r["answer"] for r in a] == [r["answer"] for r in b]
+
+
+def test_stack_machine_rows_carry_state_values_and_costs():
+    graphs = build_methods(
+        ["tcrag-cppl", "sr-rag"],
+        model=model("Tool_Use: DOC_RAG\nTool_Input: aspirin", "Conclusion: yes"),
+        tools=[make_doc_tool()],
+        scorer=TextScorer({"yes": 2.0}),
+    )
+    rows = run_evaluation(RECS[:1], graphs, progress=False)
+    tc, sr = rows
+    assert tc["validated"] and tc["state_value"] == 2.0 and tc["retrievals"] == 1 and tc["llm_calls"] == 2
+    assert sr["state_value"] is None and sr["retrievals"] == 1 and sr["llm_calls"] == 1
+    md = summary_markdown(summarize(rows))
+    assert "Avg. Retrievals" in md and "Backtrack Prob. (%)" in md
