@@ -359,7 +359,7 @@ class Redactor:
         'Ms. [NAME] [NAME] (MRN [MRN], DOB [DOB]) of [ADDRESS], [PHONE]'
     """
 
-    _PHONE = re.compile(r"\b(?:\+?1[-. ]?)?\(?\d{3}\)?[-. ]\d{3}[-. ]\d{4}\b")
+    _PHONE = re.compile(r"(?:\+?1[-. ]?)?(?:\(\d{3}\)\s?|\b\d{3}[-. ])\d{3}[-. ]\d{4}\b")
     _MRN = re.compile(r"\b(MRN[:#]?\s*)\d{6,10}\b", re.IGNORECASE)
 
     def __init__(self, people: Iterable[dict[str, Any]]) -> None:
