@@ -129,6 +129,8 @@ def _bare_label_ok(text: str, m: re.Match[str]) -> bool:
     if _key(m.group("label")) not in _BARE_OK:
         return False
     after = text[m.end("label"):]
+    if _key(m.group("label")) == "backtrack" and not after.strip(" \t\n*."):
+        return True  # Backtrack needs no text
     if not after or not (after[0].isspace() or after[0] == "*"):
         return False
     line, _, below = after.partition("\n")
@@ -136,6 +138,13 @@ def _bare_label_ok(text: str, m: re.Match[str]) -> bool:
         return True
     # A heading such as "### Plan" followed by its text on the next line.
     return bool(below.strip())
+
+
+def _is_prose(text: str) -> bool:
+    """Readable text: three or more words, or a short CJK sentence."""
+    words = re.findall(r"[^\W\d_]{2,}", text)
+    cjk = re.findall(r"[\u4e00-\u9fff]", text)
+    return len(words) >= 3 or len(cjk) >= 4
 
 
 def _clean(body: str) -> str:
@@ -238,22 +247,25 @@ def parse_action(
     tool_names: Iterable[str] = (),
     *,
     allowed: Optional[Iterable[str]] = None,
+    unlabeled_as: Optional[str] = None,
 ) -> ParsedAction:
     """Turn raw model output into exactly one action, or raise :class:`ActionParseError`.
 
     ``allowed`` restricts the actions (e.g. without Backtrack in an ablation); by default every
-    action is allowed, and Tool_Use only when ``tool_names`` is non-empty.
+    action is allowed, and Tool_Use only when ``tool_names`` is non-empty. ``unlabeled_as="Thought"``
+    reads readable prose with no label at all as that action (small models often drop the label)
+    instead of rejecting it.
     Never raises anything but :class:`ActionParseError`.
     """
     try:
-        return _parse(text, list(tool_names), allowed)
+        return _parse(text, list(tool_names), allowed, unlabeled_as)
     except ActionParseError:
         raise
     except Exception as exc:  # defensive: any bug here must not crash a run
         raise ActionParseError(f"could not read an action from your reply ({type(exc).__name__})") from exc
 
 
-def _parse(text: Any, tool_names: list[str], allowed: Optional[Iterable[str]]) -> ParsedAction:
+def _parse(text: Any, tool_names: list[str], allowed: Optional[Iterable[str]], unlabeled_as: Optional[str]) -> ParsedAction:
     allowed_set = set(allowed) if allowed is not None else set(_ACTION_ROLES)
     if not tool_names:
         allowed_set.discard("Tool_Use")
@@ -273,6 +285,9 @@ def _parse(text: Any, tool_names: list[str], allowed: Optional[Iterable[str]]) -
         json_tool = _tool_from_json(src, tool_names) if "Tool_Use" in allowed_set else None
         if json_tool:
             return ParsedAction(Action.TOOL_USE, tool=json_tool[0], tool_input=json_tool[1], repairs=("read a JSON tool call",))
+        prose = _clean(src[: segments[0].start] if segments else src)
+        if unlabeled_as in allowed_set and _is_prose(prose):
+            return ParsedAction(Action(unlabeled_as), content=prose, repairs=(f"unlabeled text read as a {unlabeled_as}",))
         raise ActionParseError(
             "no action label found; start your reply with one of: "
             + ", ".join(f"'{a}:'" for a in _ordered(allowed_set))

@@ -65,6 +65,9 @@ class TCRAGConfig(BaseModel):
     max_steps: int = Field(default=12, ge=1, le=1000, description="Actions applied before the run halts unvalidated.")
     max_new_tokens: int = Field(default=500, ge=1, le=8192)
     temperature: float = Field(default=0.6, ge=0.0, le=5.0)
+    unlabeled_text: Literal["thought", "reprompt"] = Field(
+        default="thought", description="Prose with no action label: keep it as a Thought, or re-prompt."
+    )
     max_format_retries: int = Field(default=2, ge=0, le=20, description="Re-prompts after unparseable output, per step.")
     max_question_chars: int = Field(default=20_000, ge=1)
     max_observation_tokens: int = Field(default=512, ge=16, description="Tool output is trimmed to this many tokens.")
@@ -74,6 +77,7 @@ class TCRAGConfig(BaseModel):
     enable_state_monitor: bool = True
     require_review: bool = Field(default=False, description="Pause for human approval before a Conclusion is accepted.")
     language: Literal["en", "zh"] = "en"
+    few_shot: bool = Field(default=True, description="Show worked examples of the action format before the stack.")
     caller: Optional[CallerContext] = Field(default=None, description="Identity handed to tools (EMR access control).")
 
     @field_validator("sigma", mode="before")

@@ -37,7 +37,7 @@ from langgraph.types import Command, interrupt
 
 from .actions import ActionParseError, format_instructions, parse_action
 from .config import CALLER_KEY, TCRAGConfig, resolve_config
-from .prompting import system_prompt
+from .prompting import demonstrations, system_prompt, turn_text
 from .scoring import StateScorer
 from .state import Action, Frame, TCRAGState, ToolCallRecord, TraceEvent, pop, push, render_stack, replace_top
 from .tokens import count_tokens, trim_to_tokens
@@ -202,10 +202,11 @@ class _Machine:
                              error=f"step budget of {cfg.max_steps} actions spent before a validated Conclusion")
         allowed = cfg.allowed_actions(has_tools=bool(self.tools))
         tools = list(self.tools.values())
-        messages: list[BaseMessage] = [
-            SystemMessage(content=system_prompt(tools, allowed, language=cfg.language)),
-            HumanMessage(content="Begin!\n" + render_stack(stack) + "\n\nWrite your next action."),
-        ]
+        messages: list[BaseMessage] = [SystemMessage(content=system_prompt(tools, allowed, language=cfg.language))]
+        if cfg.few_shot:
+            for shown, reply in demonstrations(tools, allowed, language=cfg.language):
+                messages += [HumanMessage(content=shown), AIMessage(content=reply)]
+        messages.append(HumanMessage(content=turn_text(render_stack(stack))))
         for item in state.get("format_feedback", []):
             messages += [AIMessage(content=item["output"]), HumanMessage(content=item["error"])]
         try:
@@ -219,7 +220,8 @@ class _Machine:
         usage["completion"] += count_tokens(text)
         common = {"llm_calls": state.get("llm_calls", 0) + 1, "token_usage": usage}
         try:
-            parsed = parse_action(text, list(self.tools), allowed=allowed)
+            parsed = parse_action(text, list(self.tools), allowed=allowed,
+                                  unlabeled_as="Thought" if cfg.unlabeled_text == "thought" else None)
         except ActionParseError as err:
             retries = state.get("format_retries", 0) + 1
             trace = self.record(state, config, TraceEvent(

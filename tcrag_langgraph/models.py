@@ -183,6 +183,7 @@ class LocalChatModel(BaseChatModel):
     stop: Optional[list[str]] = None
 
     _lm: Optional[LocalModel] = PrivateAttr(default=None)
+    _calls: int = PrivateAttr(default=0)
 
     @property
     def _llm_type(self) -> str:
@@ -250,7 +251,9 @@ class LocalChatModel(BaseChatModel):
             gen_kwargs.update(stop_strings=stops, tokenizer=lm.tokenizer)
         with lm.lock, torch.no_grad():
             if self.seed is not None:
-                torch.manual_seed(self.seed)
+                # A different but reproducible seed per call, so a re-prompt is not a replay.
+                torch.manual_seed(self.seed + self._calls)
+            self._calls += 1
             out = lm.model.generate(input_ids, **gen_kwargs)
         new_ids = out[0, input_ids.shape[1]:]
         text = lm.tokenizer.decode(new_ids, skip_special_tokens=True)

@@ -10,7 +10,7 @@ from typing import Sequence
 
 from langchain_core.tools import BaseTool
 
-__all__ = ["system_prompt", "load_prompt_file"]
+__all__ = ["system_prompt", "demonstrations", "load_prompt_file", "turn_text"]
 
 
 @lru_cache(maxsize=16)
@@ -31,3 +31,22 @@ def system_prompt(tools: Sequence[BaseTool], allowed_actions: Sequence[str], *, 
     return Template(load_prompt_file(f"tcrag_{language}.txt")).safe_substitute(
         tool_descriptions=descriptions, action_lines=action_lines
     )
+
+
+def turn_text(rendered_stack: str) -> str:
+    """The user turn that shows the stack and asks for the next action."""
+    return "Begin!\n" + rendered_stack + "\n\nWrite your next action."
+
+
+def demonstrations(tools: Sequence[BaseTool], allowed_actions: Sequence[str], *, language: str = "en") -> list[tuple[str, str]]:
+    """Worked (user turn, reply) pairs showing the format; small models follow examples far better
+    than instructions. Only actions available in this run are demonstrated."""
+    pairs = []
+    for example in json.loads(load_prompt_file(f"examples_{language}.json")):
+        if any(need not in allowed_actions for need in example["needs"]):
+            continue
+        if "Tool_Use" in example["needs"] and not tools:
+            continue
+        reply = Template(example["reply"]).safe_substitute(tool=tools[0].name if tools else "")
+        pairs.append((turn_text(example["stack"]), reply))
+    return pairs

@@ -184,12 +184,21 @@ def test_ablation_without_state_monitor_halts_on_the_models_conclusion():
 
 
 def test_format_error_reprompts_with_the_error_then_recovers():
-    out, model, _ = run(["I am not sure what to do", "Conclusion: Metformin"], scorer=ScriptedScorer(default=1.0))
+    out, model, _ = run(["I am not sure what to do", "Conclusion: Metformin"], scorer=ScriptedScorer(default=1.0),
+                        unlabeled_text="reprompt")
     assert out["answer"] == "Metformin"
     retry_prompt = model.seen[1]
     assert retry_prompt[-2].content == "I am not sure what to do"
     assert "could not be used" in retry_prompt[-1].content and "Conclusion:" in retry_prompt[-1].content
     assert out["steps"] == 1 and out["llm_calls"] == 2
+
+
+def test_unlabeled_prose_is_kept_as_a_thought_by_default():
+    out, model, scorer = run(["The first-line drug is metformin.", "Conclusion: Metformin"],
+                             scorer=ScriptedScorer({"The first-line drug is metformin.": 12.0, "Metformin": 2.0}))
+    assert actions_of(out["stack"]) == ["User_Query", "Thought", "Conclusion"]
+    assert out["stack"][1].content == "The first-line drug is metformin." and out["llm_calls"] == 2
+    assert out["trace"][1].detail == "scored 12"
 
 
 def test_format_errors_end_the_run_after_the_allowed_retries():
@@ -211,7 +220,7 @@ def test_tool_failures_are_error_frames_never_evidence(bad_tool, kind):
     frame = out["stack"][1]
     assert frame.tool_call.is_error and frame.tool_call.error_kind == kind
     assert "Tool_Error:" in frame.render() and "Tool_Observation:" not in frame.render()
-    assert "Tool_Error:" in model.seen[1][1].content
+    assert "Tool_Error:" in model.seen[1][-1].content
 
 
 def test_tool_timeout_is_bounded():
@@ -352,3 +361,17 @@ def test_chat_turns_on_one_thread_answer_the_newest_message():
     out = graph.invoke({"messages": [HumanMessage(content="second?")]}, cfg)
     assert out["question"] == "second?" and out["answer"] == "B"
     assert [m.content for m in out["messages"]] == ["first?", "A", "second?", "B"]
+
+
+def test_worked_examples_show_only_available_actions():
+    model = scripted(["Conclusion: x"])
+    build_graph(model=model, tools=[doc_rag], scorer=ScriptedScorer(default=1.0)).invoke({"question": Q})
+    shown = [m.content for m in model.seen[0][1:-1]]
+    assert "Tool_Use: DOC_RAG\nTool_Input: scurvy vitamin deficiency" in shown
+    assert model.seen[0][-1].content.startswith("Begin!\nUser_Query: " + Q)
+    plain = scripted(["Conclusion: x"])
+    build_graph(model=plain, scorer=ScriptedScorer(default=1.0)).invoke({"question": Q})
+    assert not any("Tool_Use:" in m.content for m in plain.seen[0][1:])
+    bare = scripted(["Conclusion: x"])
+    build_graph(model=bare, scorer=ScriptedScorer(default=1.0), config=TCRAGConfig(few_shot=False)).invoke({"question": Q})
+    assert len(bare.seen[0]) == 2

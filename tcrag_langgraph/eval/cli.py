@@ -1,0 +1,284 @@
+"""``tcrag eval`` and ``tcrag calibrate`` (added to the main ``tcrag`` app by :func:`register`).
+
+Examples::
+
+    tcrag eval --dataset pubmedqa --method base --method tcrag-cppl --limit 20 --seed 0 --out runs/pqa
+    tcrag eval --dataset medmcqa --method react,tcrag-cppl --tools docs --attack partial --noise relevant --out runs/noise
+    tcrag calibrate --dataset pubmedqa --split trainval --metric cppl --limit 50 --out runs/calib
+
+``--model``, ``--tools`` and ``--scorer`` take a preset or ``module:callable`` (a factory returning
+a chat model, a list of tools, or a scorer), so any LangChain model or tool set can be evaluated.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+from pathlib import Path
+from typing import Any, Optional
+
+import typer
+from rich.console import Console
+
+__all__ = ["register", "load_factory", "resolve_model", "resolve_tools", "resolve_scorer"]
+
+console = Console(stderr=True)
+
+
+def load_factory(spec: str) -> Any:
+    """``"package.module:callable"`` -> the callable's result.
+
+    Example:
+        >>> load_factory("builtins:list")
+        []
+    """
+    if ":" not in spec:
+        raise typer.BadParameter(f"{spec!r} is not a preset and not of the form module:callable")
+    module_name, attr = spec.split(":", 1)
+    try:
+        factory = getattr(importlib.import_module(module_name), attr)
+    except (ImportError, AttributeError) as exc:
+        raise typer.BadParameter(f"cannot load {spec!r}: {exc}") from exc
+    return factory()
+
+
+def resolve_model(spec: str, *, max_new_tokens: int, temperature: float) -> Any:
+    """``local`` (the packaged SmolLM2-135M-Instruct), a model folder path, or ``module:callable``."""
+    from ..models import LocalChatModel
+
+    if spec == "local":
+        return LocalChatModel(max_new_tokens=max_new_tokens, temperature=temperature)
+    if Path(spec).is_dir():
+        return LocalChatModel(model_path=spec, max_new_tokens=max_new_tokens, temperature=temperature)
+    return load_factory(spec)
+
+
+def resolve_tools(spec: str, *, exclude_ids: Optional[list[str]] = None) -> list[Any]:
+    """Comma-separated presets (``none``, ``default``, ``docs``, ``web``) or ``module:callable``."""
+    tools: list[Any] = []
+    for part in [p.strip() for p in spec.split(",") if p.strip()]:
+        if part == "none":
+            continue
+        if part == "default":
+            from .. import tools as tools_pkg
+
+            factory = getattr(tools_pkg, "default_tools", None)
+            if factory is None:
+                raise typer.BadParameter("tcrag_langgraph.tools has no default_tools() yet; name the tools instead")
+            tools.extend(factory())
+        elif part == "docs":
+            from ..tools.documents import default_document_tool
+
+            tools.append(default_document_tool(exclude_ids=exclude_ids, mode="bm25"))
+        elif part == "web":
+            from ..tools.web_search import default_web_tool
+
+            tools.append(default_web_tool())
+        else:
+            made = load_factory(part)
+            tools.extend(made if isinstance(made, (list, tuple)) else [made])
+    return tools
+
+
+def resolve_scorer(spec: str, model: Any) -> Any:
+    """``local`` (state values from the local LM; shares weights with a local chat model) or
+    ``module:callable``."""
+    if spec == "local":
+        from ..models import LocalChatModel
+        from ..scoring import LocalLMScorer
+
+        return LocalLMScorer(model.local_model if isinstance(model, LocalChatModel) else None)
+    return load_factory(spec)
+
+
+def _split_methods(values: list[str]) -> list[str]:
+    from .methods import METHOD_NAMES
+
+    names = [n.strip() for v in values for n in v.split(",") if n.strip()]
+    if names == ["all"]:
+        return list(METHOD_NAMES)
+    bad = [n for n in names if n not in METHOD_NAMES]
+    if bad:
+        raise typer.BadParameter(f"unknown methods {bad}; choose from {', '.join(METHOD_NAMES)} or 'all'")
+    return list(dict.fromkeys(names))
+
+
+def _load_records(dataset: str, split: Optional[str], context: bool, long_answers: bool, fields: Optional[str],
+                  task: Optional[str], answer_index_base: Optional[int]):
+    from .datasets import DatasetError, load_dataset
+
+    options: dict[str, Any] = {}
+    if fields:
+        try:
+            options["fields"] = json.loads(fields)
+        except json.JSONDecodeError as exc:
+            raise typer.BadParameter(f"--fields must be a JSON object: {exc}") from exc
+    if task:
+        options["task"] = task
+    if answer_index_base is not None:
+        options["answer_index_base"] = answer_index_base
+    try:
+        return load_dataset(dataset, split=split, with_context=context,
+                            answer_format="long" if long_answers else "label", **options)
+    except DatasetError as exc:
+        raise typer.BadParameter(str(exc), param_hint="--dataset") from exc
+
+
+def register(app: typer.Typer) -> None:
+    """Add ``eval`` and ``calibrate`` to ``app``."""
+
+    @app.command("eval")
+    def eval_command(
+        dataset: str = typer.Option(..., help="pubmedqa, medmcqa, or a JSONL path"),
+        method: list[str] = typer.Option(["base", "tcrag-cppl"], help="method name(s), repeat or comma-separate; 'all'"),
+        limit: Optional[int] = typer.Option(None, min=1, help="evaluate this many questions"),
+        seed: int = typer.Option(0, help="seed for sampling questions and for generation"),
+        out: Path = typer.Option(..., help="output folder (results.jsonl, summary.md/.csv, plot); reruns resume"),
+        split: Optional[str] = typer.Option(None, help="PubMedQA: test (default), trainval, all"),
+        context: bool = typer.Option(True, "--context/--no-context", help="give the dataset's context passage"),
+        long_answers: bool = typer.Option(False, help="PubMedQA: score the long answer (BLEU/ROUGE) instead of yes/no/maybe"),
+        fields: Optional[str] = typer.Option(None, help='JSONL field mapping as JSON, e.g. {"question": "q"}'),
+        task: Optional[str] = typer.Option(None, help="JSONL: force mcq, yesno or open"),
+        answer_index_base: Optional[int] = typer.Option(None, help="JSONL: integer answers are 0- or 1-based"),
+        model: str = typer.Option("local", help="local, a transformers folder, or module:callable"),
+        tools: str = typer.Option("none", help="none, default, docs, web (comma-separated) or module:callable"),
+        exclude_eval_docs: bool = typer.Option(False, help="docs tool: drop the evaluated questions' own abstracts"),
+        scorer: str = typer.Option("local", help="local or module:callable (state monitor)"),
+        sigma_cppl: Optional[float] = typer.Option(None, help="sigma for cppl (default: paper's 10)"),
+        sigma_uct: Optional[float] = typer.Option(None, help="sigma for uct (default: paper's 20)"),
+        max_steps: int = typer.Option(12, min=1),
+        max_new_tokens: int = typer.Option(500, min=1),
+        temperature: float = typer.Option(0.6, min=0.0),
+        attack: Optional[str] = typer.Option(None, help="noise attack on the first retrieval: structural or partial"),
+        noise: str = typer.Option("irrelevant", help="irrelevant, relevant or mixed"),
+        progress: bool = typer.Option(True, "--progress/--no-progress"),
+    ) -> None:
+        """Evaluate methods on a dataset: accuracy and cost per method (paper Tables 1, 2, 5)."""
+        from ..config import TCRAGConfig
+        from .datasets import sample_records
+        from .methods import METHODS, build_methods
+        from .noise import NoiseBank, PoisonController, poison_tools
+        from .runner import SettingsMismatch, run_evaluation, summarize, summary_markdown, write_summary
+
+        names = _split_methods(method)
+        if attack is not None and attack not in ("structural", "partial"):
+            raise typer.BadParameter("--attack must be structural or partial")
+        if noise not in ("irrelevant", "relevant", "mixed"):
+            raise typer.BadParameter("--noise must be irrelevant, relevant or mixed")
+        all_records = _load_records(dataset, split, context, long_answers, fields, task, answer_index_base)
+        records = sample_records(all_records, limit=limit, seed=seed if limit else None)
+        cfg = TCRAGConfig(max_steps=max_steps, max_new_tokens=max_new_tokens, temperature=temperature)
+        chat = resolve_model(model, max_new_tokens=max_new_tokens, temperature=temperature)
+        tool_list = resolve_tools(tools, exclude_ids=[r.id for r in records] if exclude_eval_docs else None)
+        controller = None
+        if attack is not None:
+            if not tool_list:
+                raise typer.BadParameter("--attack needs tools (the first retrieval is what gets poisoned)")
+            bank = NoiseBank.from_records(records, pool=all_records)
+            controller = PoisonController(bank, mode=attack, kind=noise, seed=seed,  # type: ignore[arg-type]
+                                          max_tokens=cfg.max_observation_tokens)
+            tool_list = poison_tools(tool_list, controller)
+        needs_scorer = any(METHODS[n].kind == "tcrag" for n in names)
+        state_scorer = resolve_scorer(scorer, chat) if needs_scorer else None
+        sigmas = {k: v for k, v in (("cppl", sigma_cppl), ("uct", sigma_uct)) if v is not None}
+        graphs = build_methods(names, model=chat, tools=tool_list, scorer=state_scorer, config=cfg, sigmas=sigmas)
+        settings = {
+            "dataset": dataset, "split": split, "context": context, "long_answers": long_answers, "limit": limit,
+            "model": model, "tools": tools, "exclude_eval_docs": exclude_eval_docs, "scorer": scorer,
+            "sigmas": sigmas, "config": cfg.model_dump(mode="json"), "attack": attack,
+            "noise": noise if attack else None, "fields": fields, "task": task,
+        }
+        try:
+            rows = run_evaluation(records, graphs, out_dir=out, settings=settings, seed=seed, include_context=context,
+                                  poison=controller, progress=progress)
+        except SettingsMismatch as exc:
+            raise typer.BadParameter(str(exc), param_hint="--out") from exc
+        summary = summarize(rows, labels={n: METHODS[n].label for n in names})
+        paths = write_summary(summary, out)
+        typer.echo(summary_markdown(summary))
+        console.print(f"results: {out / 'results.jsonl'}; summary: {paths['markdown']}, {paths['csv']}"
+                      + (f"; plot: {paths['plot']}" if "plot" in paths else ""))
+
+    @app.command("calibrate")
+    def calibrate_command(
+        dataset: str = typer.Option(..., help="pubmedqa, medmcqa, or a JSONL path"),
+        split: Optional[str] = typer.Option(None, help="PubMedQA: use trainval (the default here) to keep test clean"),
+        metric: str = typer.Option("cppl", help="cppl or uct"),
+        method: str = typer.Option("wo-monitor", help="method producing the answers (its monitor is not used)"),
+        rule: str = typer.Option("youden", help="youden or accuracy"),
+        limit: Optional[int] = typer.Option(None, min=1),
+        seed: int = typer.Option(0),
+        out: Path = typer.Option(..., help="output folder (results.jsonl, calibration.json); reruns resume"),
+        context: bool = typer.Option(True, "--context/--no-context"),
+        model: str = typer.Option("local"),
+        tools: str = typer.Option("none"),
+        scorer: str = typer.Option("local"),
+        max_steps: int = typer.Option(12, min=1),
+        max_new_tokens: int = typer.Option(500, min=1),
+        temperature: float = typer.Option(0.6, min=0.0),
+        progress: bool = typer.Option(True, "--progress/--no-progress"),
+    ) -> None:
+        """State values of correct vs wrong answers on a dev split: AUROC and a proposed sigma."""
+        from ..config import TCRAGConfig
+        from .calibration import calibrate
+        from .datasets import format_question, sample_records
+        from .methods import build_methods
+        from .runner import SettingsMismatch, run_evaluation
+
+        if metric not in ("cppl", "uct"):
+            raise typer.BadParameter("--metric must be cppl or uct")
+        if rule not in ("youden", "accuracy"):
+            raise typer.BadParameter("--rule must be youden or accuracy")
+        names = _split_methods([method])
+        if len(names) != 1:
+            raise typer.BadParameter("calibrate takes one method")
+        if split is None and dataset.lower() == "pubmedqa":
+            split = "trainval"
+        all_records = _load_records(dataset, split, context, False, None, None, None)
+        records = [r for r in sample_records(all_records, limit=limit, seed=seed if limit else None) if r.task != "open"]
+        if not records:
+            raise typer.BadParameter("calibration needs multiple-choice or yes/no questions (correct vs wrong)")
+        cfg = TCRAGConfig(metric=metric, max_steps=max_steps, max_new_tokens=max_new_tokens, temperature=temperature)
+        chat = resolve_model(model, max_new_tokens=max_new_tokens, temperature=temperature)
+        state_scorer = resolve_scorer(scorer, chat)
+        graphs = build_methods(names, model=chat, tools=resolve_tools(tools), scorer=state_scorer, config=cfg)
+        settings = {"dataset": dataset, "split": split, "context": context, "limit": limit, "model": model,
+                    "tools": tools, "scorer": scorer, "config": cfg.model_dump(mode="json"), "purpose": "calibrate"}
+        try:
+            rows = run_evaluation(records, graphs, out_dir=out, settings=settings, seed=seed,
+                                  include_context=context, progress=progress)
+        except SettingsMismatch as exc:
+            raise typer.BadParameter(str(exc), param_hint="--out") from exc
+        by_id = {r.id: r for r in records}
+        values: list[Optional[float]] = []
+        labels: list[bool] = []
+        scored = []
+        for row in rows:
+            answer = row.get("answer")
+            value: Optional[float] = None
+            if answer:
+                question = format_question(by_id[row["id"]], include_context=context)
+                try:
+                    value = float(state_scorer.score(question, answer, metric=metric))
+                except Exception as exc:  # an unscorable answer is missing, not a value
+                    console.print(f"[yellow]could not score {row['id']}: {exc}[/]")
+            values.append(value)
+            labels.append(bool(row.get("correct")))
+            scored.append({"id": row["id"], "value": value, "correct": bool(row.get("correct")), "answer": answer})
+        (out / "state_values.jsonl").write_text(
+            "".join(json.dumps(s, ensure_ascii=False) + "\n" for s in scored), encoding="utf-8")
+        try:
+            result = calibrate(values, labels, rule=rule)  # type: ignore[arg-type]
+        except ValueError as exc:
+            console.print(f"[red]cannot calibrate:[/] {exc} ({sum(labels)} correct of {len(labels)})")
+            raise typer.Exit(code=1) from exc
+        report = {"metric": metric, "method": names[0], **result.to_dict()}
+        (out / "calibration.json").write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
+        p = result.proposal
+        typer.echo(
+            f"{metric}: n={result.n} (correct {result.n_correct}, wrong {result.n_wrong}, missing {result.n_missing})\n"
+            f"median value: correct {result.median_correct:.4g}, wrong {result.median_wrong:.4g}\n"
+            f"AUROC (lower value = correct): {result.auroc:.3f}\n"
+            f"proposed sigma ({rule}): {p.sigma:.4g}  TPR {p.tpr:.2f}  FPR {p.fpr:.2f}  "
+            f"decision accuracy {p.decision_accuracy:.2f}  accept rate {p.accept_rate:.2f}"
+        )

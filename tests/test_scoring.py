@@ -1,0 +1,90 @@
+"""State monitor math: cppl (eq. 2) and uct (eq. 3) against direct computations with the real model."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from tcrag_langgraph.scoring import LocalLMScorer, StateScorer, token_logprobs_to_metric
+
+QUERY = "What is the first-line drug for type 2 diabetes?"
+TEXT = "Metformin is usually the first-line drug."
+
+
+def test_metric_formulas_on_hand_computed_values():
+    lps = [math.log(0.5), math.log(0.25)]
+    assert token_logprobs_to_metric(lps, "cppl") == pytest.approx(math.exp((math.log(2) + math.log(4)) / 2))
+    assert token_logprobs_to_metric(lps, "uct") == pytest.approx(0.5 * math.log(2) + 0.25 * math.log(4))
+    with pytest.raises(ValueError, match="nothing to score"):
+        token_logprobs_to_metric([], "cppl")
+    with pytest.raises(ValueError, match="unknown metric"):
+        token_logprobs_to_metric(lps, "bleu")
+
+
+@pytest.fixture(scope="module")
+def scorer():
+    return LocalLMScorer()
+
+
+def _direct_logprobs(lm, prefix_ids, text_ids):
+    """One forward pass per scored token: an independent computation of log P(w_i | w_<i, prefix)."""
+    out = []
+    with torch.no_grad():
+        for i, target in enumerate(text_ids):
+            ids = torch.tensor([prefix_ids + text_ids[:i]])
+            logits = lm.model(ids).logits[0, -1]
+            out.append(torch.log_softmax(logits.double(), -1)[target].item())
+    return out
+
+
+def test_scorer_satisfies_the_protocol(scorer):
+    assert isinstance(scorer, StateScorer)
+
+
+def test_cppl_matches_direct_computation_and_hf_loss(scorer):
+    lm = scorer.local_model
+    tok = lm.tokenizer
+    prefix = scorer._start_ids() + tok(QUERY + "\n", add_special_tokens=False)["input_ids"]
+    text_ids = tok(TEXT, add_special_tokens=False)["input_ids"]
+    direct = _direct_logprobs(lm, prefix, text_ids)
+    expected = math.exp(-sum(direct) / len(direct))
+    assert scorer.score(QUERY, TEXT, metric="cppl") == pytest.approx(expected, rel=1e-4)
+    # The same number from transformers' own loss with the context masked out (labels = -100).
+    ids = torch.tensor([prefix + text_ids])
+    labels = ids.clone()
+    labels[0, : len(prefix)] = -100
+    with torch.no_grad():
+        loss = lm.model(ids, labels=labels).loss.item()
+    assert scorer.score(QUERY, TEXT, metric="cppl") == pytest.approx(math.exp(loss), rel=1e-4)
+
+
+def test_uct_matches_direct_computation(scorer):
+    lm = scorer.local_model
+    tok = lm.tokenizer
+    text_ids = tok(TEXT, add_special_tokens=False)["input_ids"]
+    direct = _direct_logprobs(lm, scorer._start_ids(), text_ids)
+    expected = -sum(math.exp(lp) * lp for lp in direct)
+    assert scorer.score(QUERY, TEXT, metric="uct") == pytest.approx(expected, rel=1e-4)
+    given_query = LocalLMScorer(lm, uct_given_query=True).score(QUERY, TEXT, metric="uct")
+    assert given_query != pytest.approx(expected, rel=1e-6)  # the switch really changes the context
+
+
+def test_relevant_answers_score_lower_than_noise(scorer):
+    good = scorer.score(QUERY, TEXT, metric="cppl")
+    noise = scorer.score(QUERY, "zebra quantum marmalade carburetor 7731 ukulele", metric="cppl")
+    assert good < noise
+
+
+def test_long_inputs_are_capped_not_crashing():
+    small = LocalLMScorer(max_tokens=64)
+    value = small.score("word " * 500, "answer " * 500, metric="cppl")
+    assert math.isfinite(value) and value > 0
+
+
+def test_empty_text_is_a_clear_error(scorer):
+    with pytest.raises(ValueError, match="nothing to score"):
+        scorer.score(QUERY, "", metric="cppl")
+    with pytest.raises(ValueError, match="unknown metric"):
+        scorer.score(QUERY, TEXT, metric="ppl")
