@@ -67,3 +67,33 @@ def yes_low_scorer() -> TextScorer:
 
 def doc_tools() -> list:
     return [make_doc_tool()]
+
+
+class DrugModel(RecordingModel):
+    """Answers "Conclusion: yes" for drugs 0-2 and "Conclusion: no" otherwise (reads the prompt)."""
+
+    def _call(self, messages, stop=None, run_manager=None, **kwargs):
+        self.seen.append(list(messages))
+        text = messages[-1].content
+        return "Conclusion: yes" if any(f"drug {i} " in text for i in (0, 1, 2)) else "Conclusion: no"
+
+
+def drug_model() -> DrugModel:
+    return DrugModel(responses=["unused"], seen=[])
+
+
+class DrugScorer(TextScorer):
+    """State value by the drug number named in the query."""
+
+    VALUES = {0: 1.0, 1: 7.0, 2: 2.0, 3: 3.0, 4: 8.0, 5: 4.0}
+
+    def score(self, query: str, text: str, *, metric: str) -> float:
+        self.calls.append((query, text, metric))
+        for i, v in self.VALUES.items():
+            if f"drug {i} " in query:
+                return v
+        raise ValueError("no drug in query")
+
+
+def drug_scorer() -> DrugScorer:
+    return DrugScorer()

@@ -1,0 +1,99 @@
+"""`tcrag eval` / `tcrag calibrate` with scripted models, tools and scorers (module:callable)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import typer
+from typer.testing import CliRunner
+
+from tcrag_langgraph.eval.cli import register
+
+H = "tests.eval.helpers"
+
+
+@pytest.fixture
+def app():
+    app = typer.Typer()
+
+    @app.callback()
+    def _group() -> None:
+        """test group"""
+
+    register(app)
+    return app
+
+
+@pytest.fixture
+def data(tmp_path):
+    rows = [{"id": f"q{i}", "question": f"Is drug {i} safe?", "answer": "yes" if i % 2 == 0 else "no"} for i in range(6)]
+    path = tmp_path / "yn.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return path
+
+
+def test_eval_writes_results_summary_and_plot(app, data, tmp_path):
+    out = tmp_path / "run"
+    args = ["eval", "--dataset", str(data), "--method", "base,tcrag-cppl", "--model", f"{H}:always_yes_model",
+            "--scorer", f"{H}:yes_low_scorer", "--out", str(out), "--no-progress", "--limit", "4", "--seed", "1"]
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 0, result.output
+    rows = [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()]
+    assert len(rows) == 8 and {r["method"] for r in rows} == {"base", "tcrag-cppl"}
+    # Always "yes": correct exactly on the questions whose gold label is yes.
+    for r in rows:
+        assert r["correct"] == (r["gold"] == ["yes"])
+    assert all(r["validated"] for r in rows if r["method"] == "tcrag-cppl")
+    assert "| TC-RAG-cppl | 4 |" in result.output
+    assert (out / "summary.md").exists() and (out / "summary.csv").exists() and (out / "accuracy_vs_cost.png").exists()
+    # The same command again resumes: nothing new is run, the same table comes out.
+    again = CliRunner().invoke(app, args)
+    assert again.exit_code == 0 and len((out / "results.jsonl").read_text().splitlines()) == 8
+    # Other settings into the same folder are refused.
+    other = CliRunner().invoke(app, [*args[:-2], "--seed", "2"])
+    assert other.exit_code != 0 and "other settings" in other.output
+
+
+def test_eval_noise_attack_needs_tools_and_marks_rows(app, data, tmp_path):
+    base = ["eval", "--dataset", str(data), "--method", "tcrag-cppl", "--model", f"{H}:tool_then_yes_model",
+            "--scorer", f"{H}:yes_low_scorer", "--no-progress", "--attack", "structural", "--noise", "irrelevant"]
+    refused = CliRunner().invoke(app, [*base, "--out", str(tmp_path / "a")])
+    assert refused.exit_code != 0 and "needs tools" in refused.output
+    out = tmp_path / "b"
+    result = CliRunner().invoke(app, [*base, "--tools", f"{H}:doc_tools", "--out", str(out), "--limit", "2"])
+    assert result.exit_code == 0, result.output
+    rows = [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()]
+    assert all(r["poisoned"] and r["retrievals"] == 1 for r in rows)
+    assert "Attacked (%)" in (out / "summary.md").read_text()
+
+
+def test_eval_rejects_bad_options(app, data, tmp_path):
+    r = CliRunner().invoke(app, ["eval", "--dataset", str(data), "--method", "flare", "--out", str(tmp_path)])
+    assert r.exit_code != 0 and "unknown methods" in r.output
+    r = CliRunner().invoke(app, ["eval", "--dataset", str(tmp_path / "nope.jsonl"), "--out", str(tmp_path)],
+                           env={"COLUMNS": "300"})
+    assert r.exit_code != 0 and "not a known dataset" in r.output
+
+
+def test_calibrate_reports_auroc_and_sigma(app, data, tmp_path):
+    out = tmp_path / "cal"
+    # Drugs 0-2 get "yes", 3-5 "no"; gold is yes for even numbers, so q1 and q4 are wrong.
+    # Values: correct q0=1, q2=2, q3=3, q5=4; wrong q1=7, q4=8 -> AUROC 1, Youden sigma (4+7)/2.
+    args = ["calibrate", "--dataset", str(data), "--model", f"{H}:drug_model", "--scorer", f"{H}:drug_scorer",
+            "--out", str(out), "--no-progress", "--metric", "uct"]
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 0, result.output
+    report = json.loads((out / "calibration.json").read_text())
+    assert report["auroc"] == 1.0 and report["proposal"]["sigma"] == 5.5 and report["metric"] == "uct"
+    assert (report["n_correct"], report["n_wrong"], report["n_missing"]) == (4, 2, 0)
+    values = [json.loads(line) for line in (out / "state_values.jsonl").read_text().splitlines()]
+    assert [v["value"] for v in values] == [1.0, 7.0, 2.0, 3.0, 8.0, 4.0]
+    assert "AUROC (lower value = correct): 1.000" in result.output
+
+
+def test_calibrate_needs_both_classes(app, data, tmp_path):
+    args = ["calibrate", "--dataset", str(data), "--model", f"{H}:always_yes_model", "--scorer",
+            f"{H}:yes_low_scorer", "--out", str(tmp_path / "c"), "--no-progress", "--limit", "1", "--seed", "0"]
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 1 and "cannot calibrate" in result.output
