@@ -11,8 +11,8 @@ Two sizes:
 
 * **curated** (the packaged ``tools/data/kg_medical.nt.gz``): every HPO term; ICD-10-CM chapters,
   blocks and 3-character categories; every Orphanet disease of ``phenotype.hpoa`` with its
-  inheritance and its :data:`CURATED_MAX_PHENOTYPES` most frequent phenotypic features
-  (ties broken by HPO id). OMIM annotations are left out of the shipped file.
+  :data:`CURATED_MAX_PHENOTYPES` most frequent phenotypic features (ties broken by HPO id).
+  OMIM annotations (the only ones carrying modes of inheritance) are left out of the shipped file.
 * **full** (``--full``, written to a user path): every ICD-10-CM code, and every OMIM, Orphanet
   and DECIPHER disease with all of its annotations.
 

@@ -301,10 +301,15 @@ class _RemoteBackend:
     serialised by :func:`sparql_term`.
     """
 
-    def __init__(self, endpoint: str, *, timeout_s: float, headers: Optional[Mapping[str, str]] = None) -> None:
+    def __init__(self, endpoint: str, *, timeout_s: float, headers: Optional[Mapping[str, str]] = None, method: str = "POST") -> None:
         parsed = urllib.parse.urlparse(endpoint)
         if parsed.scheme not in ("http", "https") or not parsed.netloc:
             raise ValueError(f"SPARQL endpoint must be an http(s) URL, got {endpoint!r}")
+        if method not in ("GET", "POST"):
+            raise ValueError(f"method must be GET or POST, got {method!r}")
+        if not timeout_s > 0:
+            raise ValueError("timeout_s must be positive")
+        self.method = method
         self.endpoint = endpoint
         self.timeout_s = timeout_s
         self.headers = dict(headers or {})
@@ -325,16 +330,14 @@ class _RemoteBackend:
         return query.replace("#@VALUES", block)
 
     def _post(self, query: str) -> dict[str, Any]:
-        request = urllib.request.Request(
-            self.endpoint,
-            data=urllib.parse.urlencode({"query": query}).encode("utf-8"),
-            headers={
-                "Accept": "application/sparql-results+json",
-                "Content-Type": "application/x-www-form-urlencoded",
-                **self.headers,
-            },
-            method="POST",
-        )
+        form = urllib.parse.urlencode({"query": query})
+        headers = {"Accept": "application/sparql-results+json", **self.headers}
+        if self.method == "GET":
+            joiner = "&" if urllib.parse.urlparse(self.endpoint).query else "?"
+            request = urllib.request.Request(self.endpoint + joiner + form, headers=headers, method="GET")
+        else:
+            headers["Content-Type"] = "application/x-www-form-urlencoded"
+            request = urllib.request.Request(self.endpoint, data=form.encode("utf-8"), headers=headers, method="POST")
         try:
             with urllib.request.urlopen(request, timeout=self.timeout_s) as response:
                 body = response.read()
@@ -531,6 +534,7 @@ class _LabelIndex:
         # most frequent first: on equal edit distance rapidfuzz keeps the first choice
         self.vocab = [t for t, _ in sorted(vocab.items(), key=lambda kv: (-kv[1], kv[0]))]
         self.vocab_set = set(self.vocab)
+        self.vocab_count = dict(vocab)
         self.exact_keys = list(self.exact)
         self.max_tokens = min(12, max((k.count(" ") + 1 for k in self.exact_keys), default=1))
 
@@ -543,6 +547,19 @@ class _LabelIndex:
         if best is None:
             return token, 0
         return best[0], int(best[1])
+
+    def common_neighbour(self, token: str) -> tuple[str, int]:
+        """For a rare vocabulary token (a typo inside some label, e.g. "syndrom"), a far more
+        frequent token one edit away ("syndrome"); else the token itself."""
+        count = self.vocab_count.get(token, 0)
+        if not count or count >= 3 or len(token) < 5 or not token.isalpha():
+            return token, 0
+        options = process.extract(token, self.vocab, scorer=Levenshtein.distance, score_cutoff=1, limit=8)
+        best = [(self.vocab_count[t], t, int(d)) for t, d, _ in options if t != token and self.vocab_count[t] >= 10 * count]
+        if not best:
+            return token, 0
+        _, alt, distance = max(best, key=lambda item: (item[0], item[1]))
+        return alt, distance
 
 
 # --------------------------------------------------------------------------- the graph
@@ -601,10 +618,15 @@ class KnowledgeGraph:
         *,
         timeout_s: float = 10.0,
         headers: Optional[Mapping[str, str]] = None,
+        method: str = "POST",
         prefixes: Mapping[str, str] = DEFAULT_PREFIXES,
     ) -> "KnowledgeGraph":
-        """A remote SPARQL 1.1 query endpoint (e.g. ``http://127.0.0.1:7878/query``)."""
-        return cls(None, prefixes=prefixes, _backend=_RemoteBackend(url, timeout_s=timeout_s, headers=headers))  # type: ignore[arg-type]
+        """A remote SPARQL 1.1 query endpoint (e.g. ``http://127.0.0.1:7878/query``).
+
+        ``method`` is the SPARQL protocol operation: ``"POST"`` (form-encoded, default) or ``"GET"``.
+        """
+        backend = _RemoteBackend(url, timeout_s=timeout_s, headers=headers, method=method)
+        return cls(None, prefixes=prefixes, _backend=backend)  # type: ignore[arg-type]
 
     @property
     def source(self) -> str:
@@ -752,30 +774,34 @@ class KnowledgeGraph:
         # 2. labels and synonyms on token n-grams
         raw_tokens = [(t, s, e) for t, s, e in _tokens_with_spans(text) if not _overlaps((s, e), spans_taken)]
         fixed = [index.correct(t) for t, _, _ in raw_tokens]
+        readings = [fixed]
+        also = [index.common_neighbour(t) if e == 0 else (t, e) for t, e in fixed]
+        if also != fixed:
+            readings.append(also)  # a second reading with rare tokens replaced by common ones
         candidates: list[tuple[float, int, int, int, list[tuple[str, str, str]], str]] = []
         n_tok = len(raw_tokens)
-        for n in range(min(index.max_tokens, n_tok), 0, -1):
-            for i in range(0, n_tok - n + 1):
-                window = [fixed[j][0] for j in range(i, i + n)]
-                if window[0] in _STOPWORDS or window[-1] in _STOPWORDS:
-                    continue
-                if n == 1 and (len(window[0]) < 3 or window[0].isdigit()):
-                    continue
-                edits = sum(fixed[j][1] for j in range(i, i + n))
-                penalty = 0.06 * edits
-                entries = index.exact.get(" ".join(window))
-                how = "exact"
-                if entries is None and n >= 2:
-                    content = _content(window)
-                    if len(content) >= 2:
-                        entries = index.bag.get(" ".join(sorted(content)))
-                        how = "word-order"
-                if not entries:
-                    continue
-                base = 1.0 if how == "exact" else 0.9
-                score = round(base - penalty, 4)
-                if score >= min_score:
-                    candidates.append((score, n, i, edits, entries, how))
+        windows = [(f, n, i) for f in readings for n in range(min(index.max_tokens, n_tok), 0, -1) for i in range(n_tok - n + 1)]
+        for reading, n, i in windows:
+            window = [reading[j][0] for j in range(i, i + n)]
+            if window[0] in _STOPWORDS or window[-1] in _STOPWORDS:
+                continue
+            if n == 1 and (len(window[0]) < 3 or window[0].isdigit()):
+                continue
+            edits = sum(reading[j][1] for j in range(i, i + n))
+            penalty = 0.06 * edits
+            entries = index.exact.get(" ".join(window))
+            how = "exact"
+            if entries is None and n >= 2:
+                content = _content(window)
+                if len(content) >= 2:
+                    entries = index.bag.get(" ".join(sorted(content)))
+                    how = "word-order"
+            if not entries:
+                continue
+            base = 1.0 if how == "exact" else 0.9
+            score = round(base - penalty, 4)
+            if score >= min_score:
+                candidates.append((score, n, i, edits, entries, how))
         candidates.sort(key=lambda c: (-c[1], -c[0], c[2]))  # longest mention first
         used: set[int] = set()
         for score, n, i, edits, entries, how in candidates:
