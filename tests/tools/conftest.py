@@ -111,3 +111,21 @@ def make_caller_config(user_id: str = "dr-a", allowed: Optional[tuple[str, ...]]
 def caller_config() -> Callable[..., dict]:
     """Factory fixture: ``caller_config("dr-a", allowed=("P0001",))``."""
     return make_caller_config
+
+
+@pytest.fixture(scope="session")
+def oxigraph_server():
+    """A real Oxigraph SPARQL server on 127.0.0.1 (in-memory store) for the session.
+
+    Tests load their own data with ``replace_default_graph``. Skipped when the CLI is missing.
+    """
+    import importlib.util
+    from pathlib import Path
+
+    spec = importlib.util.spec_from_file_location("_tcrag_oxigraph_server", Path(__file__).with_name("oxigraph_server.py"))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    if module.find_oxigraph() is None:
+        pytest.skip("oxigraph CLI not installed (pip install oxigraph)")
+    with module.OxigraphServer() as server:
+        yield server
