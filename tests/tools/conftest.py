@@ -129,3 +129,21 @@ def oxigraph_server():
         pytest.skip("oxigraph CLI not installed (pip install oxigraph)")
     with module.OxigraphServer() as server:
         yield server
+
+
+@pytest.fixture(scope="session")
+def elasticsearch_url():
+    """URL of a real Elasticsearch-API server (noida-db) on a free 127.0.0.1 port for the session.
+
+    Skipped when noida-db is not installed. Tests should use their own index names.
+    """
+    import importlib.util
+    from pathlib import Path
+
+    spec = importlib.util.spec_from_file_location("_tcrag_es_server", Path(__file__).with_name("es_server.py"))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    if module.find_noida() is None:
+        pytest.skip("noida-db not installed (pip install noida-db==0.2.3)")
+    with module.NoidaElasticsearch() as url:
+        yield url
