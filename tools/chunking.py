@@ -22,11 +22,12 @@ Example:
 from __future__ import annotations
 
 import re
+from bisect import bisect_left, bisect_right
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, Iterable, Iterator, Mapping
 
-from tcrag_langgraph.tokens import get_encoding
+from tcrag_langgraph.tokens import count_tokens, get_encoding
 
 __all__ = [
     "DEFAULT_CHUNK_TOKENS",
@@ -171,11 +172,14 @@ def _validate(chunk_tokens: int, overlap: int) -> None:
 def split_token_windows(
     text: str, *, chunk_tokens: int = DEFAULT_CHUNK_TOKENS, overlap: int = DEFAULT_OVERLAP
 ) -> list[str]:
-    """Cut ``text`` into windows of at most ``chunk_tokens`` tokens overlapping by ``overlap``.
+    """Cut ``text`` into windows of at most ``chunk_tokens`` tokens overlapping by up to ``overlap``.
+
+    Windows end and start at word boundaries (whitespace) when the text has them, so no word is
+    cut in half; a single word longer than the window, or text without spaces, is cut at token
+    boundaries. Windows cut at word boundaries re-encode to at most ``chunk_tokens`` tokens.
 
     Example:
-        >>> windows = split_token_windows("one two three four five six", chunk_tokens=4, overlap=2)
-        >>> windows
+        >>> split_token_windows("one two three four five six", chunk_tokens=4, overlap=2)
         ['one two three four', 'three four five six']
     """
     _validate(chunk_tokens, overlap)
@@ -184,19 +188,43 @@ def split_token_windows(
     enc = get_encoding()
     ids = enc.encode(text, disallowed_special=())
     decoded, offsets = enc.decode_with_offsets(ids)
-    exact = decoded == text  # offsets index into the original only if it round-trips
-    bounds = offsets + [len(decoded)]
+    source = text if decoded == text else decoded  # offsets index into the original only if it round-trips
+    n = len(ids)
+    bounds = offsets + [len(source)]
+
+    def starts_word(i: int) -> bool:
+        at = bounds[i]
+        return i == n or (0 < at < len(source) and (source[at - 1].isspace() or source[at].isspace()))
+
+    boundaries = [i for i in range(1, n + 1) if starts_word(i)]
+
+    def piece(a: int, b: int) -> str:
+        return source[bounds[a] : bounds[b]].strip()
+
     windows: list[str] = []
-    start, n = 0, len(ids)
-    step = chunk_tokens - overlap
-    while True:
-        end = min(start + chunk_tokens, n)
-        piece = (text if exact else decoded)[bounds[start] : bounds[end]].strip()
-        if piece:
-            windows.append(piece)
+    start = 0
+    while start < n:
+        limit = min(start + chunk_tokens, n)
+        # the word boundaries inside (start, limit], longest window first
+        lo, hi = bisect_right(boundaries, start), bisect_right(boundaries, limit)
+        candidates = boundaries[lo:hi][::-1]
+        end, text_piece = None, ""
+        for candidate in candidates:
+            text_piece = piece(start, candidate)
+            if count_tokens(text_piece) <= chunk_tokens:
+                end = candidate
+                break
+        if end is None:  # no usable word boundary: cut at tokens
+            end = limit
+            text_piece = enc.decode(ids[start:end]).strip() if source is not text else piece(start, end)
+        if text_piece:
+            windows.append(text_piece)
         if end >= n:
             break
-        start += step
+        # next window starts `overlap` tokens back, moved forward to the next word start
+        wanted = max(end - overlap, start + 1)
+        j = bisect_left(boundaries, wanted)
+        start = boundaries[j] if j < len(boundaries) and boundaries[j] < end else max(wanted, end - overlap)
     return windows
 
 
