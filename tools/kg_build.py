@@ -51,6 +51,7 @@ from .knowledge_graph import (
     ORPHA_BASE,
     DECIPHER_BASE,
     PACKAGED_GRAPH,
+    sparql_term,
 )
 
 __all__ = [
@@ -253,7 +254,9 @@ def iter_triples(*, full: bool = False, max_phenotypes: Optional[int] = CURATED_
 
 def write_ntriples_gz(triples: Iterable[_Triple], path: str | os.PathLike[str]) -> int:
     """Write sorted, de-duplicated N-Triples, gzip-compressed reproducibly; return the triple count."""
-    lines = sorted({f"{s.n3()} {p.n3()} {o.n3()} .\n" for s, p, o in triples})
+    # sparql_term writes one-line terms (ECHAR/UCHAR escapes) that are valid N-Triples too;
+    # rdflib's n3() would write multi-line literals in Turtle's triple quotes.
+    lines = sorted({f"{sparql_term(s)} {sparql_term(p)} {sparql_term(o)} .\n" for s, p, o in triples})
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     buffer = io.BytesIO()

@@ -579,7 +579,7 @@ class KnowledgeGraph:
         >>> _ = g.add((URIRef("http://ex.org/flu"), RDFS.label, Literal("Influenza")))
         >>> kg = KnowledgeGraph(g)
         >>> [(e.label, e.match) for e in kg.link("symptoms of influensa?")]
-        [('Influenza', 'label')]
+        [('Influenza', 'fuzzy')]
     """
 
     def __init__(
