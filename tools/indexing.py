@@ -328,7 +328,7 @@ def register(app: Any) -> None:
         """Chunk, embed and index documents for the DOC_RAG tool."""
         from .documents import StoreError
 
-        console = Console(stderr=True)
+        console = Console(stderr=True, soft_wrap=True)
         if es_url is None and out is None:
             out = Path(".tcrag/docs")
         if es_url is not None and out is not None:

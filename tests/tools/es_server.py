@@ -104,7 +104,7 @@ class FaultServer:
 
     ``mode``: ``"error500"`` (HTTP 500 with an Elasticsearch-style error), ``"garbage"`` (HTTP 200
     claiming JSON, body is not JSON), ``"hang"`` (reads the request, never answers before
-    ``hang_s``). ``requests`` counts what arrived.
+    ``hang_s``). ``requests`` counts what arrived, ``headers`` keeps each request's headers.
     """
 
     def __init__(self, mode: str, *, hang_s: float = 5.0) -> None:
@@ -113,6 +113,7 @@ class FaultServer:
         self.mode = mode
         self.hang_s = hang_s
         self.requests = 0
+        self.headers: list[dict[str, str]] = []
         self._stop = threading.Event()
         server = self
 
@@ -124,6 +125,7 @@ class FaultServer:
                 if length:
                     self.rfile.read(length)
                 server.requests += 1
+                server.headers.append({k.lower(): v for k, v in self.headers.items()})
                 if server.mode == "hang":
                     server._stop.wait(server.hang_s)
                     return
