@@ -264,18 +264,16 @@ def mcq_accuracy(
 # Yes / no / maybe (PubMedQA)
 # --------------------------------------------------------------------------------------------
 
-_YNM = r"(?P<label>yes|no|maybe)"
+# "no" is also a determiner ("No significant difference", "no idea"): as a label it must be
+# followed by punctuation or the end of the text.
+_NO_END = r"(?=\s*(?:[.,;:!?)\]\*\"'\-—]|$))"
+_YNM = rf"(?:(?P<label>yes|maybe)\b|(?P<no>no){_NO_END})"
 _YNM_MARKED = re.compile(
     rf"(?:final\s+answer|final\s+decision|answer|decision|conclusion|verdict)"
-    rf"(?:[\s\*_:：=\-—\(\[,]|is|would\s+be|should\s+be)*{_YNM}\b",
+    rf"(?:[\s\*_:：=\-—\(\[,]|is|would\s+be|should\s+be)*{_YNM}",
     re.IGNORECASE,
 )
-# A leading "no" only counts when punctuation or the end follows: "No idea" / "No evidence" use it
-# as a determiner, not as the label.
-_YNM_LEADING = re.compile(
-    r"^[\s\*_\(\[\"']*(?:(?P<label>yes|maybe)\b|(?P<no>no)(?=\s*(?:[.,;:!?)\]\*\"'\-—]|$)))",
-    re.IGNORECASE,
-)
+_YNM_LEADING = re.compile(rf"^[\s\*_\(\[\"']*{_YNM}", re.IGNORECASE)
 
 
 def extract_yes_no_maybe(text: Optional[str]) -> Optional[str]:
@@ -283,8 +281,9 @@ def extract_yes_no_maybe(text: Optional[str]) -> Optional[str]:
 
     Only two places count: the last explicit marker ("Answer: no", "the final decision is
     maybe") or the first word of the reply ("Yes, because ..."). A "no" somewhere in the middle
-    of a sentence ("there is no evidence") is *not* read as the label, and a leading "no" counts
-    only when punctuation or the end follows ("No." or "No, ..." but not "No idea").
+    of a sentence ("there is no evidence") is *not* read as the label, and "no" counts only when
+    punctuation or the end follows ("No." or "Answer: no, ..." but not "No idea" or
+    "Conclusion: No significant difference").
 
     Example:
         >>> extract_yes_no_maybe("**Yes.** Mitochondria play a role.")
@@ -297,7 +296,7 @@ def extract_yes_no_maybe(text: Optional[str]) -> Optional[str]:
     text = unicodedata.normalize("NFKC", str(text)).strip()
     hits = list(_YNM_MARKED.finditer(text))
     if hits:
-        return hits[-1].group("label").lower()
+        return (hits[-1].group("label") or hits[-1].group("no")).lower()
     m = _YNM_LEADING.match(text)
     if not m:
         return None

@@ -3,7 +3,8 @@
 Results are appended to ``results.jsonl`` as each (question, method) finishes, so an interrupted
 run resumes where it stopped: rows already in the file are skipped (a half-written last line is
 dropped). ``run.json`` keeps the settings; resuming with different settings is refused rather
-than mixing two experiments in one table. Each (seed, method, question) pair seeds Python's,
+than mixing two experiments in one table. Stored rows are re-scored from their answers when a run
+resumes, so every row is scored by the same metric code. Each (seed, method, question) pair seeds Python's,
 NumPy's and (when loaded) torch's RNG, so a resumed run gives the same rows as an uninterrupted
 one.
 
@@ -239,7 +240,12 @@ def run_evaluation(
         out = Path(out_dir)
         _check_settings(out, {**(settings or {}), "methods": list(methods), "seed": seed, "ids": ids})
         results_file = out / RESULTS_FILE
+        by_id = {r.id: r for r in records}
         for row in read_results(results_file, repair=True):
+            # Scores are derived from the stored answer: recompute them so that a resumed run is
+            # scored by the current metric code, like the rows it adds.
+            if row.get("id") in by_id:
+                row.update(score_answer(by_id[row["id"]], row.get("answer")))
             done[(row["method"], row["id"])] = row
     todo = [(r, m) for r in records for m in methods if (m, r.id) not in done]
 

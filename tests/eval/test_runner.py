@@ -76,6 +76,12 @@ def test_results_are_appended_and_a_rerun_resumes(tmp_path):
     assert [r["id"] for r in rows] == ["q1", "q2", "q3"] and all(r["correct"] for r in rows)
     lines = (out / "results.jsonl").read_text().splitlines()
     assert len(lines) == 3 and all(json.loads(line) for line in lines)
+    # Stored rows are re-scored from their answers on resume.
+    tampered = [json.loads(line) for line in lines]
+    tampered[0]["correct"] = False
+    (out / "results.jsonl").write_text("".join(json.dumps(r) + "\n" for r in tampered))
+    rows = run_evaluation(RECS, build_methods(["base"], model=model("B")), out_dir=out, settings={"d": 1}, progress=False)
+    assert rows[0]["correct"] is True
 
 
 def test_a_different_experiment_in_the_same_folder_is_refused(tmp_path):
