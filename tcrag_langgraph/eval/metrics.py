@@ -274,13 +274,18 @@ _YNM_MARKED = re.compile(
     re.IGNORECASE,
 )
 _YNM_LEADING = re.compile(rf"^[\s\*_\(\[\"']*{_YNM}", re.IGNORECASE)
+# "Pituitary apoplexy: no, ..." -- a label right after a colon and before punctuation / the end.
+_YNM_AFTER_COLON = re.compile(
+    rf"[:：]\s*(?:\*\*)?(?:(?P<label>yes|maybe)|(?P<no>no))(?=\s*(?:[.,;:!?)\]\*\"'\-—]|$))", re.IGNORECASE
+)
 
 
 def extract_yes_no_maybe(text: Optional[str]) -> Optional[str]:
     """``"yes"``, ``"no"`` or ``"maybe"`` from a reply, or ``None``.
 
-    Only two places count: the last explicit marker ("Answer: no", "the final decision is
-    maybe") or the first word of the reply ("Yes, because ..."). A "no" somewhere in the middle
+    Three places count, in this order: the last explicit marker ("Answer: no", "the final
+    decision is maybe"), the first word of the reply ("Yes, because ..."), and the last label
+    standing alone after a colon ("Pituitary apoplexy: no, histology does not matter"). A "no" somewhere in the middle
     of a sentence ("there is no evidence") is *not* read as the label, and "no" counts only when
     punctuation or the end follows ("No." or "Answer: no, ..." but not "No idea" or
     "Conclusion: No significant difference").
@@ -298,9 +303,12 @@ def extract_yes_no_maybe(text: Optional[str]) -> Optional[str]:
     if hits:
         return (hits[-1].group("label") or hits[-1].group("no")).lower()
     m = _YNM_LEADING.match(text)
-    if not m:
-        return None
-    return (m.group("label") or m.group("no")).lower()
+    if m:
+        return (m.group("label") or m.group("no")).lower()
+    hits = list(_YNM_AFTER_COLON.finditer(text))
+    if hits:
+        return (hits[-1].group("label") or hits[-1].group("no")).lower()
+    return None
 
 
 def label_accuracy(predictions: Sequence[Optional[str]], golds: Sequence[str]) -> AccuracyResult:

@@ -120,6 +120,8 @@ def test_mcq_accuracy_keeps_unparseable_in_denominator():
         ("CONCLUSIONS: No significant difference was found.", None),
         ("Conclusion: no, the trial was negative", "no"),
         ("The answer is no.", "no"),
+        ("Pituitary apoplexy: no, histological features do not matter.", "no"),
+        ("Results: no significant change", None),
         ("No evidence supports it", None),
         ("No - insulin is injected", "no"),
         ("Yes it is", "yes"),
