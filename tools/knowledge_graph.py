@@ -182,21 +182,18 @@ _Q_TWO_HOP = f"""SELECT ?d ?p1 ?x ?p2 WHERE {{
   FILTER(isIRI(?x) && ?x != ?a && ?x != ?b && ?p1 != {RDF.type.n3()} && ?p2 != {RDF.type.n3()})
 }} ORDER BY ?d ?x ?p1 ?p2 LIMIT 40"""
 
-_HIER_PATH = "|".join(p.n3() for p in HIERARCHY_PREDICATES)
-
-# ?a -p-> ?x, then ?x reaches ?b through one or more hierarchy edges (is_a / parent).
-_Q_HIER_START = f"""SELECT ?p ?x WHERE {{
+# Hierarchy paths are walked in Python one edge at a time: rdflib evaluates property paths
+# (p+ / p*) without using the bound endpoints, which takes seconds to minutes on a large graph.
+_Q_FIRST_HOPS = f"""SELECT ?p ?x WHERE {{
   #@VALUES
-  ?a ?p ?x . ?x ({_HIER_PATH})+ ?b .
-  FILTER(isIRI(?x) && ?x != ?b && ?p != {RDF.type.n3()})
-}} ORDER BY ?x ?p LIMIT 3"""
+  ?a ?p ?x . FILTER(isIRI(?x) && ?p != {RDF.type.n3()})
+}} ORDER BY ?p ?x LIMIT 100"""
 
-# The next hierarchy step from ?x that still leads to ?b.
-_Q_HIER_STEP = f"""SELECT ?h ?y WHERE {{
+_Q_PARENTS = f"""SELECT ?h ?y WHERE {{
   #@VALUES
   VALUES ?h {{ {_values(HIERARCHY_PREDICATES)} }}
-  ?x ?h ?y . ?y ({_HIER_PATH})* ?b .
-}} ORDER BY ?y ?h LIMIT 1"""
+  ?x ?h ?y . FILTER(isIRI(?y))
+}} ORDER BY ?y ?h LIMIT 50"""
 
 _Q_LABEL_OF = f"""SELECT ?l WHERE {{
   #@VALUES
@@ -598,6 +595,7 @@ class KnowledgeGraph:
         self._index: Optional[_LabelIndex] = None
         self._index_lock = threading.Lock()
         self._label_cache: dict[str, Optional[str]] = {}
+        self._parents_cache: dict[str, list[tuple[str, str]]] = {}
 
     # -- constructors
 
@@ -918,25 +916,55 @@ class KnowledgeGraph:
                     push(chain)
         return out
 
-    def _hierarchy_chains(self, a: str, b: str, *, max_depth: int = 12) -> list[list[KGTriple]]:
-        chains = []
-        nb = _safe_iri(b)
-        for row in self._select(_Q_HIER_START, a=_safe_iri(a), b=nb):
-            x = str(row["x"])
-            chain = [self._triple(a, str(row["p"]), x)]
-            current = x
-            for _ in range(max_depth):
-                step = self._select(_Q_HIER_STEP, x=_safe_iri(current), b=nb)
-                if not step:
-                    break
-                y = str(step[0]["y"])
-                chain.append(self._triple(current, str(step[0]["h"]), y))
-                current = y
-                if current == b:
-                    break
-            if current == b and len(chain) >= 2:  # one-edge links are found as direct edges
-                chains.append(chain)
-        return chains
+    def parents(self, iri: str) -> list[tuple[str, str]]:
+        """``(hierarchy predicate, parent)`` pairs of a node (``is_a`` / ``parent`` edges), cached."""
+        cached = self._parents_cache.get(iri)
+        if cached is None:
+            rows = self._select(_Q_PARENTS, x=_safe_iri(iri))
+            cached = [(str(r["h"]), str(r["y"])) for r in rows if "h" in r and "y" in r]
+            if len(self._parents_cache) < 200_000:
+                self._parents_cache[iri] = cached
+        return cached
+
+    def hierarchy_path(self, start: str, goal: str, *, max_depth: int = 15, max_nodes: int = 400) -> Optional[list[tuple[str, str, str]]]:
+        """Shortest upward path ``start -is_a/parent-> ... -> goal`` as triples (breadth-first), or None."""
+        previous: dict[str, tuple[str, str]] = {}
+        frontier = [start]
+        seen = {start}
+        for _ in range(max_depth):
+            following = []
+            for node in frontier:
+                for predicate, parent in self.parents(node):
+                    if parent in seen:
+                        continue
+                    seen.add(parent)
+                    previous[parent] = (node, predicate)
+                    if parent == goal:
+                        path = []
+                        current = goal
+                        while current != start:
+                            child, pred = previous[current]
+                            path.append((child, pred, current))
+                            current = child
+                        return path[::-1]
+                    following.append(parent)
+            if not following or len(seen) > max_nodes:
+                return None
+            frontier = following
+        return None
+
+    def _hierarchy_chains(self, a: str, b: str, *, limit: int = 3) -> list[list[KGTriple]]:
+        """``a -p-> x -is_a-> ... -> b``: one edge out of ``a``, then up the hierarchy to ``b``."""
+        found = []
+        for row in self._select(_Q_FIRST_HOPS, a=_safe_iri(a)):
+            x, p = str(row["x"]), str(row["p"])
+            if x in (a, b):
+                continue
+            path = self.hierarchy_path(x, b)
+            if path:
+                found.append([(a, p, x)] + path)
+        found.sort(key=lambda chain: (len(chain), [t[2] for t in chain]))
+        return [[self._triple(*t) for t in chain] for chain in found[:limit]]
 
     def _triple(self, s: str, p: str, o: str) -> KGTriple:
         return KGTriple(s, p, o, self.label(s), self.label(p), self.label(o))
@@ -1253,6 +1281,7 @@ class _LazyPackaged(KnowledgeGraph):
         self._index = None
         self._index_lock = threading.Lock()
         self._label_cache = {}
+        self._parents_cache = {}
         self._backend_obj: Optional[_LocalBackend] = None
         self._backend_lock = threading.Lock()
 
