@@ -35,7 +35,7 @@ import urllib.request
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, Mapping, Optional, Sequence
+from typing import Any, Callable, Iterable, Mapping, Optional, Sequence
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 from rapidfuzz import fuzz, process
@@ -606,8 +606,14 @@ class KnowledgeGraph:
 
     @classmethod
     def packaged(cls) -> "KnowledgeGraph":
-        """The packaged HPO + ICD-10-CM graph (parsed once per process and shared)."""
-        return cls(load_packaged_graph())
+        """The packaged HPO + ICD-10-CM graph: one shared instance per process (graph, label index
+        and caches are built once, on the first call; thread-safe)."""
+        global _PACKAGED_KG
+        if _PACKAGED_KG is None:
+            with _PACKAGED_KG_LOCK:
+                if _PACKAGED_KG is None:
+                    _PACKAGED_KG = KnowledgeGraph(load_packaged_graph())
+        return _PACKAGED_KG
 
     @classmethod
     def from_endpoint(
@@ -999,7 +1005,7 @@ class KnowledgeGraph:
             exact = self.lookup(name)
             if exact:
                 for iri in exact[:2]:
-                    linked.append(LinkedEntity(iri, self.label(iri) or iri, name, name, "label", 1.0))
+                    linked.append(LinkedEntity(iri, self.label(iri) or iri, name, name, "exact", 1.0))
             else:
                 linked.extend(self.link(name, limit=1))
         if query and query.strip():
@@ -1073,6 +1079,10 @@ class KnowledgeGraph:
                 parts.append(("; " if k else "") + subject)
             parts.append(f" -{self.relation_name(t.p)}-> {self.display(t.o)}")
         return "".join(parts)
+
+
+_PACKAGED_KG: Optional[KnowledgeGraph] = None
+_PACKAGED_KG_LOCK = threading.Lock()
 
 
 def _overlaps(span: tuple[int, int], taken: Sequence[tuple[int, int]]) -> bool:
@@ -1195,7 +1205,7 @@ TOOL_DESCRIPTION = (
 
 
 def knowledge_graph_tool(
-    kg: KnowledgeGraph | Graph | str,
+    kg: KnowledgeGraph | Graph | str | Callable[[], KnowledgeGraph],
     *,
     name: str = TOOL_NAME,
     max_entities: int = 3,
@@ -1207,7 +1217,9 @@ def knowledge_graph_tool(
     max_output_tokens: int = 700,
     cache_size: int = 128,
 ) -> LayeredTool:
-    """The ``KG_RAG`` tool over ``kg`` (a :class:`KnowledgeGraph`, an rdflib Graph or an endpoint URL).
+    """The ``KG_RAG`` tool over ``kg``: a :class:`KnowledgeGraph`, an rdflib Graph, a SPARQL endpoint
+    URL, or a zero-argument function returning a KnowledgeGraph (called at each tool call, so the
+    graph can be loaded lazily).
 
     ``tool.invoke(text_or_dict)`` returns the evidence text, or a :class:`ToolError` (no entity
     found -> ``kind="not_found"``; endpoint down -> ``"unavailable"``; too slow -> ``"timeout"``).
@@ -1225,17 +1237,23 @@ def knowledge_graph_tool(
         kg = KnowledgeGraph(kg)
     elif isinstance(kg, str):
         kg = KnowledgeGraph.from_endpoint(kg, timeout_s=min(timeout_s, 10.0))
-    if not isinstance(kg, KnowledgeGraph):
-        raise TypeError(f"kg must be a KnowledgeGraph, an rdflib Graph or an endpoint URL, got {type(kg).__name__}")
+    if isinstance(kg, KnowledgeGraph):
+        fixed_graph = kg
+        get_graph: Callable[[], KnowledgeGraph] = lambda: fixed_graph
+    elif callable(kg) and not isinstance(kg, type):
+        get_graph = kg
+    else:
+        raise TypeError(f"kg must be a KnowledgeGraph, an rdflib Graph, an endpoint URL or a factory, got {type(kg).__name__}")
     for label, value in (("max_entities", max_entities), ("per_relation", per_relation), ("max_chains", max_chains)):
         if not isinstance(value, int) or isinstance(value, bool) or not 1 <= value <= 50:
             raise ValueError(f"{label} must be an integer from 1 to 50, got {value!r}")
-    graph = kg
-
     def run(args: KGQuery) -> str | ToolError:
         if not args.query.strip() and not args.entities:
             return ToolError(name, "bad_input", "give a question or entity names to look up")
         try:
+            graph = get_graph()
+            if not isinstance(graph, KnowledgeGraph):
+                raise KGQueryError("internal", f"graph factory returned {type(graph).__name__}, not a KnowledgeGraph")
             evidence = graph.retrieve(
                 args.query, entities=args.entities, max_entities=max_entities, per_relation=per_relation, max_chains=max_chains
             )
@@ -1260,35 +1278,26 @@ def knowledge_graph_tool(
     )
 
 
-def default_knowledge_graph_tool(**options: Any) -> LayeredTool:
-    """``KG_RAG`` over the packaged medical graph; the graph is parsed on the first call, not here.
+def default_knowledge_graph_tool(*, preload: bool = False, **options: Any) -> LayeredTool:
+    """``KG_RAG`` over the packaged medical graph, shared with :meth:`KnowledgeGraph.packaged`.
 
-    Takes the keyword options of :func:`knowledge_graph_tool`.
+    The graph is parsed and indexed on the first call (about 3-7 s on 2 busy cores), or in a
+    background thread started now when ``preload=True``. Other keyword options are those of
+    :func:`knowledge_graph_tool`.
 
     Example:
         >>> tool = default_knowledge_graph_tool(max_entities=2)   # doctest: +SKIP
         >>> "Seizure" in tool.invoke("HP:0001250")                  # doctest: +SKIP
         True
     """
-    return knowledge_graph_tool(_LazyPackaged(), **options)
+    tool = knowledge_graph_tool(KnowledgeGraph.packaged, **options)
+    if preload:
+        threading.Thread(target=_preload_packaged, name="kg-preload", daemon=True).start()
+    return tool
 
 
-class _LazyPackaged(KnowledgeGraph):
-    """The packaged graph, parsed when first queried (so building the agent stays fast)."""
-
-    def __init__(self) -> None:  # noqa: D401 - no super().__init__ until needed
-        self.prefixes = dict(DEFAULT_PREFIXES)
-        self._index = None
-        self._index_lock = threading.Lock()
-        self._label_cache = {}
-        self._parents_cache = {}
-        self._backend_obj: Optional[_LocalBackend] = None
-        self._backend_lock = threading.Lock()
-
-    @property
-    def _backend(self) -> _LocalBackend:  # type: ignore[override]
-        if self._backend_obj is None:
-            with self._backend_lock:
-                if self._backend_obj is None:
-                    self._backend_obj = _LocalBackend(load_packaged_graph())
-        return self._backend_obj
+def _preload_packaged() -> None:
+    try:
+        KnowledgeGraph.packaged().index
+    except Exception:  # the first tool call reports the problem as a ToolError
+        pass

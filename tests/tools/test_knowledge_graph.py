@@ -247,6 +247,12 @@ def test_tool_options_are_validated(toy):
         knowledge_graph_tool(toy, max_entities=0)
     with pytest.raises(TypeError):
         knowledge_graph_tool(42)
+    calls = []
+    lazy = knowledge_graph_tool(lambda: calls.append(1) or toy, retries=0, cache_size=0)
+    assert calls == []  # a factory is only called when the tool runs
+    assert lazy.invoke("ectopia lentis").startswith("Linked entities: Ectopia lentis") and calls == [1]
+    broken = knowledge_graph_tool(lambda: "not a graph", retries=0).invoke("ectopia lentis")
+    assert isinstance(broken, ToolError) and broken.kind == "internal"
 
 
 # ---------------------------------------------------------------- remote endpoint (real oxigraph)
@@ -355,6 +361,7 @@ def test_default_tool_over_the_packaged_graph():
     assert "has_phenotype: Pectus carinatum [HP:0000768]; Striae distensae [HP:0001065]; Arachnodactyly" in out
     assert elapsed < 60  # loose: a shared 2-core machine; the measured figure is in the README notes
     assert tool.invoke("HP:0001250").startswith("Linked entities: Seizure [HP:0001250]")
+    assert KnowledgeGraph.packaged() is KnowledgeGraph.packaged()  # one shared graph and index
 
 
 def test_packaged_file_is_sorted_ntriples():
