@@ -161,11 +161,16 @@ def _seed_everything(seed: int, method: str, record_id: str) -> int:
 
 
 def _final_value(output: Mapping[str, Any]) -> Optional[float]:
-    value = output.get("state_value")
-    history = output.get("state_history") or []
-    if not history:  # never scored: the initial "large value" is not a measurement
-        return None
-    return None if value is None else float(value)
+    """The last state value the monitor really measured (``raw`` in ``state_history``).
+
+    The graph's ``state_value`` can be the initial "large value" (never measured) or a Thought's
+    value clamped to sigma, so neither is reported as a measurement.
+    """
+    for entry in reversed(output.get("state_history") or []):
+        raw = entry.get("raw") if isinstance(entry, Mapping) else None
+        if raw is not None:
+            return float(raw)
+    return None
 
 
 def _run_one(

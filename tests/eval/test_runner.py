@@ -127,6 +127,9 @@ def test_stack_machine_rows_carry_state_values_and_costs():
     )
     rows = run_evaluation(RECS[:1], graphs, progress=False)
     tc, sr = rows
+    react = build_methods(["react"], model=model("Thought: hmm", "Conclusion: yes"), scorer=TextScorer())
+    row = run_evaluation(RECS[:1], react, progress=False)[0]
+    assert row["correct"] and row["state_value"] is None  # monitor off: nothing measured (not the initial 1e9)
     assert tc["validated"] and tc["state_value"] == 2.0 and tc["retrievals"] == 1 and tc["llm_calls"] == 2
     assert sr["state_value"] is None and sr["retrievals"] == 1 and sr["llm_calls"] == 1
     md = summary_markdown(summarize(rows))
