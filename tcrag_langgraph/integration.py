@@ -1,0 +1,139 @@
+"""Drop-in helpers for using the TC-RAG graph inside the LangChain / LangGraph ecosystem.
+
+The compiled graph from :func:`~tcrag_langgraph.build_graph` already *is* a LangGraph node and a
+LangChain ``Runnable``; nothing needs wrapping to add it to a parent ``MessagesState`` graph::
+
+    parent = StateGraph(MessagesState)
+    parent.add_node("tcrag", build_graph(...))   # reads the last human message, appends the answer
+
+The parent only keeps the keys it declares (``messages``); TC-RAG's own keys (stack, trace, state
+value ...) stay in the subgraph and are visible when streaming with ``subgraphs=True``.
+
+What this module adds is the adapter for chains that speak *messages* rather than graph state:
+:func:`as_chat_runnable` takes a string, a prompt value, a list of messages or ``{"messages": ...}``
+and returns one :class:`~langchain_core.messages.AIMessage` whose ``response_metadata`` carries
+the halt reason, validation flag, state value, sigma, metric and step count. It is what
+``tcrag serve`` exposes over LangServe.
+
+Example:
+    >>> from langchain_core.prompts import ChatPromptTemplate
+    >>> from tcrag_langgraph.studio import scripted_graph
+    >>> graph = scripted_graph({"replies": ["Conclusion: about {question}"], "default_score": 1.0})
+    >>> chain = ChatPromptTemplate.from_template("Q: {topic}?") | as_chat_runnable(graph)
+    >>> msg = chain.invoke({"topic": "scurvy"})
+    >>> msg.content, msg.response_metadata["halt_reason"]
+    ('about Q: scurvy?', 'validated')
+"""
+
+from __future__ import annotations
+
+from typing import Any, Iterable, Iterator, Mapping, Optional
+
+from langchain_core.messages import AIMessage, AnyMessage, BaseMessage, HumanMessage
+from langchain_core.prompt_values import PromptValue
+from langchain_core.runnables import Runnable, RunnableLambda
+from pydantic import BaseModel, Field
+
+from .graph import EVENT_NAME
+
+__all__ = ["ChatInput", "to_graph_input", "to_ai_message", "as_chat_runnable", "tcrag_events"]
+
+
+class ChatInput(BaseModel):
+    """Chat input: the conversation so far, ending with the user's question."""
+
+    messages: list[AnyMessage] = Field(description="Conversation; the last human message is the question.")
+
+
+def to_graph_input(value: Any) -> dict[str, Any]:
+    """Convert chain input into TC-RAG graph input.
+
+    Accepts a question string, a ``PromptValue``, a list of messages, a :class:`ChatInput`, or a
+    mapping with ``messages`` or ``question`` (passed through).
+
+    Example:
+        >>> to_graph_input("Why?")
+        {'question': 'Why?'}
+        >>> to_graph_input([HumanMessage(content="Why?")])["messages"][0].content
+        'Why?'
+    """
+    if isinstance(value, str):
+        return {"question": value}
+    if isinstance(value, PromptValue):
+        return {"messages": value.to_messages()}
+    if isinstance(value, ChatInput):
+        return {"messages": list(value.messages)}
+    if isinstance(value, BaseMessage):
+        return {"messages": [value]}
+    if isinstance(value, Mapping):
+        if "messages" in value or "question" in value:
+            return dict(value)
+        raise ValueError("a mapping input needs a 'messages' or 'question' key")
+    if isinstance(value, (list, tuple)):
+        return {"messages": list(value)}
+    raise TypeError(f"cannot use {type(value).__name__} as TC-RAG input")
+
+
+def to_ai_message(state: Mapping[str, Any]) -> AIMessage:
+    """The final answer of a run as an AIMessage, with run facts in ``response_metadata``.
+
+    A run paused for human review (``__interrupt__``) has no answer yet: that is reported in the
+    metadata (``halt_reason='awaiting_review'``) rather than hidden.
+    """
+    facts = {
+        "answer_validated": bool(state.get("answer_validated")),
+        "halt_reason": state.get("halt_reason"),
+        "state_value": state.get("state_value"),
+        "sigma": state.get("sigma"),
+        "metric": state.get("metric"),
+        "steps": state.get("steps"),
+        "stack": [f.action.value for f in state.get("stack") or []],
+    }
+    if state.get("__interrupt__"):
+        facts["halt_reason"] = "awaiting_review"
+        return AIMessage(content="(waiting for human review)", response_metadata=facts)
+    messages = state.get("messages") or []
+    last = messages[-1] if messages else None
+    if isinstance(last, AIMessage):
+        return AIMessage(content=last.content, id=last.id, response_metadata={**last.response_metadata, **facts})
+    answer = state.get("answer")
+    return AIMessage(content=answer if answer is not None else f"No answer: {state.get('error')}",
+                     response_metadata=facts)
+
+
+def as_chat_runnable(graph: Runnable, *, name: str = "tcrag_chat") -> Runnable:
+    """``input -> graph -> AIMessage`` as one LCEL runnable (typed for LangServe's chat playground).
+
+    Config (``configurable`` options such as ``sigma`` or ``thread_id``) and callbacks flow
+    through to the graph, so ``astream_events`` still shows the ``tcrag`` custom events.
+    """
+    chain = RunnableLambda(to_graph_input, name="to_tcrag_input") | graph | RunnableLambda(
+        to_ai_message, name="to_ai_message")
+    return chain.with_types(input_type=ChatInput, output_type=AIMessage).with_config(run_name=name)
+
+
+def tcrag_events(chunks: Iterable[Any]) -> Iterator[dict[str, Any]]:
+    """Pick the ``tcrag`` stack events out of any ``stream()`` output.
+
+    Works with ``stream_mode="custom"``, a list of modes (``(mode, chunk)`` pairs) and
+    ``subgraphs=True`` (``(namespace, mode, chunk)`` triples), so a parent graph can follow the
+    agent's pushes, pops and halts.
+
+    Example:
+        >>> list(tcrag_events([((), "custom", {"type": "tcrag", "op": "push"}), ((), "updates", {})]))
+        [{'type': 'tcrag', 'op': 'push'}]
+    """
+    for chunk in chunks:
+        payload: Optional[Any] = chunk
+        if isinstance(chunk, tuple):
+            if len(chunk) == 3:
+                payload = chunk[2] if chunk[1] == "custom" else None
+            elif len(chunk) == 2:
+                if chunk[0] == "custom":
+                    payload = chunk[1]
+                elif isinstance(chunk[0], tuple):  # (namespace, chunk) with a single custom mode
+                    payload = chunk[1]
+                else:
+                    payload = None
+        if isinstance(payload, dict) and payload.get("type") == EVENT_NAME:
+            yield payload
