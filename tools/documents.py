@@ -54,6 +54,8 @@ __all__ = [
     "EmbeddedStore",
     "MiniLMEmbeddings",
     "default_embeddings",
+    "embed_texts",
+    "embedding_model_name",
     "reciprocal_rank_fusion",
     "normalize_ids",
     "PACKAGED_CORPUS",
