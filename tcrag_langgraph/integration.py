@@ -31,7 +31,7 @@ from typing import Any, Iterable, Iterator, Mapping, Optional
 
 from langchain_core.messages import AIMessage, AnyMessage, BaseMessage, HumanMessage
 from langchain_core.prompt_values import PromptValue
-from langchain_core.runnables import Runnable, RunnableLambda
+from langchain_core.runnables import Runnable, RunnableConfig, RunnableLambda
 from pydantic import BaseModel, Field
 
 from .graph import EVENT_NAME
@@ -107,8 +107,17 @@ def as_chat_runnable(graph: Runnable, *, name: str = "tcrag_chat") -> Runnable:
     Config (``configurable`` options such as ``sigma`` or ``thread_id``) and callbacks flow
     through to the graph, so ``astream_events`` still shows the ``tcrag`` custom events.
     """
-    chain = RunnableLambda(to_graph_input, name="to_tcrag_input") | graph | RunnableLambda(
-        to_ai_message, name="to_ai_message")
+    def run(value: dict[str, Any], config: RunnableConfig) -> dict[str, Any]:
+        return graph.invoke(value, config)
+
+    async def arun(value: dict[str, Any], config: RunnableConfig) -> dict[str, Any]:
+        return await graph.ainvoke(value, config)
+
+    # The graph runs as one step (its final state feeds the answer); streaming such a chain yields
+    # the final AIMessage, while astream_events still shows every node and tcrag event inside.
+    chain = (RunnableLambda(to_graph_input, name="to_tcrag_input")
+             | RunnableLambda(run, afunc=arun, name=graph.get_name())
+             | RunnableLambda(to_ai_message, name="to_ai_message"))
     return chain.with_types(input_type=ChatInput, output_type=AIMessage).with_config(run_name=name)
 
 
