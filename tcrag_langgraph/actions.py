@@ -292,6 +292,11 @@ def _parse(text: Any, tool_names: list[str], allowed: Optional[Iterable[str]], u
             "no action label found; start your reply with one of: "
             + ", ".join(f"'{a}:'" for a in _ordered(allowed_set))
         )
+    # An empty label followed by a real action ("Thought:\nThought: ...") is a stutter, not an action.
+    filled = [s for s in actions if s.text or s.role in ("Backtrack", "Tool_Use")]
+    if filled and filled[0] is not actions[0]:
+        repairs.append("skipped an empty action label")
+        actions = filled
     chosen = actions[0]
     # The paper's prompt ends with "Thought: I now know the final answer. Conclusion: ...".
     if chosen.role == "Thought":

@@ -56,8 +56,9 @@ HALT_REASONS = (
     "scorer_error",  # the state monitor could not score
     "invalid_input",  # empty / too long / non-text question
 )
-# Generation stops before the model invents a tool result or a new turn.
-STOP_SEQUENCES = ["\nTool_Observation:", "\nObservation:", "\nTool_Error:", "\nUser_Query:"]
+# Generation stops before the model invents a tool result or a new turn. Further actions in the
+# same reply are left to the parser (small models often write an empty label, then the action).
+STOP_SEQUENCES = ["\nTool_Observation:", "\nObservation:", "\nTool_Error:", "\nUser_Query:", "\nBegin!"]
 _CONTROL = re.compile(r"[\x00-\x08\x0b-\x0c\x0e-\x1f\x7f]")
 
 

