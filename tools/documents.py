@@ -274,6 +274,12 @@ class DocumentStore(ABC):
     def close(self) -> None:
         """Release resources (connections); the embedded store holds none."""
 
+    def warm_up(self) -> None:
+        """Load what the first search would load (embedding model, lexical index) now."""
+        embeddings = getattr(self, "embeddings", None)
+        if embeddings is not None:
+            embed_texts(embeddings, ["warm up"])
+
     def add_documents(
         self,
         documents: Iterable[Document],
@@ -456,6 +462,10 @@ class EmbeddedStore(DocumentStore):
                 retriever.index(self._tokenize([c.search_text for c in self._chunks], return_ids=True), show_progress=False)
                 self._bm25_index = retriever
             return self._bm25_index
+
+    def warm_up(self) -> None:
+        super().warm_up()
+        self._retriever()
 
     def _mask(self, exclude: frozenset[str]) -> np.ndarray | None:
         if not exclude:
@@ -731,12 +741,15 @@ def default_document_tool(
     *,
     exclude_ids: Iterable[Any] | None = None,
     embeddings: Any = None,
+    preload: bool = False,
     **options: Any,
 ):
     """``DOC_RAG`` over the packaged PubMedQA-L corpus (an :class:`EmbeddedStore`).
 
     ``exclude_ids`` removes those PubMed ids from the store itself (use it to evaluate on
-    PubMedQA without retrieving the gold abstract); other options go to :func:`document_tool`.
+    PubMedQA without retrieving the gold abstract); ``preload=True`` loads the embedding model
+    and builds the BM25 index in a background thread now (the first hybrid query otherwise pays
+    for it: about 5-10 s on 2 CPU cores); other options go to :func:`document_tool`.
 
     Example:
         >>> tool = default_document_tool(exclude_ids=["21645374"], mode="bm25")
@@ -744,4 +757,7 @@ def default_document_tool(
         False
     """
     store = load_packaged_store(exclude_ids=exclude_ids, embeddings=embeddings)
-    return document_tool(store, **options)
+    tool = document_tool(store, **options)
+    if preload:
+        threading.Thread(target=store.warm_up, name="doc-rag-preload", daemon=True).start()
+    return tool

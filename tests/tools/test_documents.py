@@ -310,7 +310,7 @@ def test_default_tool_finds_and_can_exclude_pubmedqa_abstracts():
     query = "storage of vaccines in the community cold chain refrigerator temperatures"
     tool = default_document_tool(mode="bm25", k=3)
     assert "source: 1571683" in tool.invoke(query).split("\n")[0]
-    held_out = default_document_tool(mode="hybrid", k=3, exclude_ids=[1571683])
+    held_out = default_document_tool(mode="hybrid", k=3, exclude_ids=[1571683], preload=True)
     out = held_out.invoke(query)
     assert isinstance(out, str) and "1571683" not in out and out.startswith("[1] source:")
 
