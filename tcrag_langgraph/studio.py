@@ -48,8 +48,8 @@ from langchain_core.outputs import ChatGeneration, ChatResult
 from langchain_core.tools import BaseTool, StructuredTool
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr
 
-from .config import TCRAGConfig
-from .graph import build_graph
+from tcrag_langgraph.config import TCRAGConfig
+from tcrag_langgraph.graph import build_graph
 
 __all__ = [
     "SCRIPT_ENV",
@@ -261,7 +261,7 @@ def make_graph(*, script: Optional[str] = None, tools: bool = True):
 
 def default_tools() -> list[BaseTool]:
     """The package's default tools (``tcrag_langgraph.tools.default_tools()``), or none if it has none."""
-    from . import tools as tools_pkg
+    from tcrag_langgraph import tools as tools_pkg
 
     factory = getattr(tools_pkg, "default_tools", None)
     return list(factory()) if factory is not None else []
