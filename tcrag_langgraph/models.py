@@ -25,6 +25,8 @@ from langchain_core.messages import AIMessage, AIMessageChunk, BaseMessage
 from langchain_core.outputs import ChatGeneration, ChatGenerationChunk, ChatResult
 from pydantic import ConfigDict, Field, PrivateAttr
 
+from .kv_cache import CacheStats, PromptKVPool
+
 __all__ = [
     "LocalModel",
     "LocalModelError",
@@ -168,6 +170,12 @@ class LocalChatModel(BaseChatModel):
     Unlike ``ChatHuggingFace`` over a pipeline, this honours ``stop`` sequences, returns only the
     continuation, and runs under ``ainvoke`` (in a worker thread, off the event loop).
 
+    With ``kv_cache=True`` (default) the key/value states of earlier prompts are kept
+    (:class:`~tcrag_langgraph.kv_cache.PromptKVPool`): each call prefills only the tokens after the
+    longest common token prefix with a cached prompt. The TC-RAG prompt renders the stack bottom
+    first before a fixed suffix, so a push costs the new frame and a pop costs nothing but a crop.
+    ``usage_metadata["input_token_details"]["cache_read"]`` reports the reused tokens.
+
     Example:
         >>> chat = LocalChatModel(max_new_tokens=16, temperature=0.0)  # doctest: +SKIP
         >>> chat.invoke("Say hi").content  # doctest: +SKIP
@@ -181,9 +189,17 @@ class LocalChatModel(BaseChatModel):
     top_p: float = Field(default=0.95, gt=0.0, le=1.0)
     seed: Optional[int] = Field(default=None, description="Seed for sampling; None = torch's global RNG")
     stop: Optional[list[str]] = None
+    kv_cache: bool = Field(
+        default=True,
+        description="Reuse the key/value states of the longest common token prefix with earlier prompts "
+        "(stack-aligned cache: a push prefills only the new frame, a pop crops back to the frame boundary).",
+    )
+    kv_cache_slots: int = Field(default=4, ge=1, description="Caches kept at once (one per concurrent conversation)")
 
     _lm: Optional[LocalModel] = PrivateAttr(default=None)
     _calls: int = PrivateAttr(default=0)
+    _pool: Optional[PromptKVPool] = PrivateAttr(default=None)
+    _pool_lock: threading.Lock = PrivateAttr(default_factory=threading.Lock)
 
     @property
     def _llm_type(self) -> str:
@@ -198,6 +214,22 @@ class LocalChatModel(BaseChatModel):
         if self._lm is None:
             self._lm = load_local_model(self.model_path)
         return self._lm
+
+    @property
+    def kv_pool(self) -> PromptKVPool:
+        """This model's stack-aligned prompt cache (created on first use)."""
+        with self._pool_lock:
+            if self._pool is None:
+                from transformers import DynamicCache
+
+                config = self.local_model.model.config
+                self._pool = PromptKVPool(lambda: DynamicCache(config=config), max_slots=self.kv_cache_slots)
+            return self._pool
+
+    @property
+    def kv_cache_stats(self) -> dict[str, int]:
+        """Prompt tokens seen / reused from the cache / prefilled, over this model's calls."""
+        return self.kv_pool.stats.as_dict() if self._pool is not None else CacheStats().as_dict()
 
     def _prompt_ids(self, messages: list[BaseMessage]):
         tok = self.local_model.tokenizer
@@ -254,15 +286,29 @@ class LocalChatModel(BaseChatModel):
                 # A different but reproducible seed per call, so a re-prompt is not a replay.
                 torch.manual_seed(self.seed + self._calls)
             self._calls += 1
-            out = lm.model.generate(input_ids, **gen_kwargs)
+            lease = self.kv_pool.acquire(input_ids[0].tolist()) if self.kv_cache else None
+            held = None
+            try:
+                if lease is not None:
+                    # generate() runs the model over input_ids[lease.reused:] only, then decodes.
+                    gen_kwargs["past_key_values"] = lease.cache
+                out = lm.model.generate(input_ids, **gen_kwargs)
+                # Keep the generated tokens too: a format re-prompt replays this output as an
+                # assistant turn right after this prompt, so they are usually a prefix match.
+                held = out[0].tolist()
+            finally:
+                if lease is not None:
+                    self.kv_pool.release(lease, held)
         new_ids = out[0, input_ids.shape[1]:]
         text = lm.tokenizer.decode(new_ids, skip_special_tokens=True)
         text = _cut_at_stop(text, stops)
-        usage = {
+        usage: dict[str, Any] = {
             "input_tokens": int(input_ids.shape[1]),
             "output_tokens": int(new_ids.shape[0]),
             "total_tokens": int(input_ids.shape[1] + new_ids.shape[0]),
         }
+        if lease is not None:
+            usage["input_token_details"] = {"cache_read": int(lease.reused)}
         return text.strip(), usage
 
 

@@ -9,6 +9,13 @@ temperature/top-p processed scores that ``generate`` reports).
   text, each term the entropy contribution of the token actually written. As in the paper the
   context is the top text alone; ``uct_given_query=True`` conditions on the User_Query too.
 
+Scoring the top frame reuses the key/value states of the User_Query prefix (``prefix_cache``):
+one call costs a forward pass over the frame's tokens, not over query + frame.
+
+Logits the generator computed while writing the frame are *not* reused: they are conditioned on
+the whole prompt (system prompt, demonstrations, stack), whereas eq. 2 conditions on the
+User_Query alone, so they are a different quantity.
+
 Lower is more confident. Example:
     >>> scorer = LocalLMScorer()  # doctest: +SKIP
     >>> scorer.score("What treats type 2 diabetes?", "Metformin.", metric="cppl")  # doctest: +SKIP
@@ -20,6 +27,7 @@ from __future__ import annotations
 import math
 from typing import Literal, Optional, Protocol, runtime_checkable
 
+from .kv_cache import PrefixStateCache, crop_cache
 from .models import LocalModel, load_local_model
 
 __all__ = ["StateScorer", "LocalLMScorer", "Metric", "token_logprobs_to_metric"]
@@ -54,6 +62,9 @@ class LocalLMScorer:
         model_path: a transformers model folder instead of the packaged model.
         uct_given_query: condition uct on the User_Query (the paper does not).
         max_tokens: context cap; longer inputs keep the end of the query and the start of the text.
+        prefix_cache: how many context prefixes (exact token ids: start token + User_Query) to keep
+            the key/value states of, least recently used dropped first; ``0`` recomputes every
+            time. With a cached prefix a call costs one forward pass over the text's tokens only.
     """
 
     def __init__(
@@ -63,6 +74,7 @@ class LocalLMScorer:
         model_path: Optional[str] = None,
         uct_given_query: bool = False,
         max_tokens: int = 4096,
+        prefix_cache: int = 8,
     ) -> None:
         if max_tokens < 8:
             raise ValueError("max_tokens must be at least 8")
@@ -70,6 +82,7 @@ class LocalLMScorer:
         self._model_path = model_path
         self.uct_given_query = uct_given_query
         self.max_tokens = max_tokens
+        self.prefix_cache = PrefixStateCache(prefix_cache)
 
     @property
     def local_model(self) -> LocalModel:
@@ -104,10 +117,39 @@ class LocalLMScorer:
         if first >= len(ids):
             raise ValueError("nothing to score: the text is a single token with no context")
         with lm.lock, torch.no_grad():
-            logits = lm.model(torch.tensor([ids], device=lm.device)).logits[0].float()
-        logp = torch.log_softmax(logits[first - 1: len(ids) - 1], dim=-1)
+            if self.prefix_cache.max_entries > 0:
+                logits = self._logits_with_prefix_cache(ids, first)
+            else:
+                logits = lm.model(torch.tensor([ids], device=lm.device)).logits[0, first - 1: len(ids) - 1].float()
+        logp = torch.log_softmax(logits, dim=-1)
         target = torch.tensor(ids[first:], device=logp.device)
         return logp.gather(1, target[:, None])[:, 0].tolist()
+
+    def _logits_with_prefix_cache(self, ids: list[int], first: int):
+        """Logits at positions ``first-1 .. len(ids)-2`` (those predicting the scored tokens), the
+        prefix ``ids[:first]`` served from the LRU. Call with the model lock held."""
+        import torch
+        from transformers import DynamicCache
+
+        model = self.local_model.model
+        device = self.local_model.device
+        key = tuple(ids[:first])
+        entry = self.prefix_cache.take(key)
+        if entry is None:
+            cache = DynamicCache(config=model.config)
+            out = model(torch.tensor([ids[:first]], device=device), past_key_values=cache, use_cache=True)
+            entry = (cache, out.logits[0, -1:].float())
+        cache, last = entry
+        rest = ids[first: len(ids) - 1]  # the final token predicts nothing we score: skip it
+        if rest:
+            out = model(torch.tensor([rest], device=device), past_key_values=cache, use_cache=True)
+            logits = torch.cat([last, out.logits[0].float()])
+        else:
+            logits = last
+        # Only put back a cache we know the content of (an exception above drops it).
+        crop_cache(cache, first)
+        self.prefix_cache.put(key, entry)
+        return logits
 
     def _start_ids(self) -> list[int]:
         # The first scored token needs something to be predicted from.
