@@ -36,7 +36,7 @@ from pydantic import BaseModel, Field
 
 from .graph import EVENT_NAME
 
-__all__ = ["ChatInput", "to_graph_input", "to_ai_message", "as_chat_runnable", "tcrag_events"]
+__all__ = ["ChatInput", "to_graph_input", "to_ai_message", "as_chat_runnable", "tcrag_events", "checkpoint_serde", "STATE_TYPES"]
 
 
 class ChatInput(BaseModel):
@@ -146,3 +146,23 @@ def tcrag_events(chunks: Iterable[Any]) -> Iterator[dict[str, Any]]:
                     payload = None
         if isinstance(payload, dict) and payload.get("type") == EVENT_NAME:
             yield payload
+
+
+#: The pydantic types TC-RAG keeps in graph state (stack frames, trace events).
+STATE_TYPES = (("tcrag_langgraph.state", "Action"), ("tcrag_langgraph.state", "Frame"),
+               ("tcrag_langgraph.state", "ToolCallRecord"), ("tcrag_langgraph.state", "TraceEvent"))
+
+
+def checkpoint_serde():
+    """A checkpoint serializer that allows TC-RAG's state types, for any LangGraph checkpointer.
+
+    Without it, restoring a checkpoint logs "Deserializing unregistered type ... Frame ... This will
+    be blocked in a future version" for every stack frame and trace event.
+
+    Example:
+        >>> from langgraph.checkpoint.memory import InMemorySaver
+        >>> saver = InMemorySaver(serde=checkpoint_serde())
+    """
+    from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
+
+    return JsonPlusSerializer(allowed_msgpack_modules=list(STATE_TYPES))

@@ -44,7 +44,7 @@ from langgraph.checkpoint.memory import InMemorySaver
 from pydantic import ValidationError
 
 from .config import TCRAGConfig
-from .integration import as_chat_runnable
+from .integration import as_chat_runnable, checkpoint_serde
 
 __all__ = ["create_app", "per_request_config", "REQUEST_OPTIONS", "register"]
 
@@ -115,14 +115,16 @@ def create_app(
 
         graph = build_graph(config=config, tools=default_tools() if tools else [], name="tcrag")
     if getattr(graph, "checkpointer", None) is None and checkpoint_db is None:
-        graph.checkpointer = InMemorySaver()
+        graph.checkpointer = InMemorySaver(serde=checkpoint_serde())
 
     @asynccontextmanager
     async def lifespan(_: FastAPI):
         if checkpoint_db is not None and graph.checkpointer is None:
+            import aiosqlite
             from langgraph.checkpoint.sqlite.aio import AsyncSqliteSaver
 
-            async with AsyncSqliteSaver.from_conn_string(checkpoint_db) as saver:
+            async with aiosqlite.connect(checkpoint_db) as conn:
+                saver = AsyncSqliteSaver(conn, serde=checkpoint_serde())
                 graph.checkpointer = saver  # created on the server's event loop, as aiosqlite needs
                 try:
                     yield
