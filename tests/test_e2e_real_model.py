@@ -1,0 +1,61 @@
+"""End to end with the real packaged SmolLM2-135M-Instruct as generator and state monitor.
+
+A 135M model writes the format poorly and knows little medicine: these tests check that a real
+run is bounded, honest about validation and never passes a tool error or invented text off as
+evidence, not that the answer is right.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from typer.testing import CliRunner
+
+from tcrag_langgraph import Action, TCRAGConfig, build_graph
+from tcrag_langgraph.graph import HALT_REASONS
+
+pytestmark = pytest.mark.slow
+
+Q = "What is the first-line drug for type 2 diabetes?"
+
+
+def _check_run(out, cfg):
+    assert out["halt_reason"] in HALT_REASONS
+    assert out["steps"] <= cfg.max_steps
+    assert out["llm_calls"] <= cfg.max_steps * (cfg.max_format_retries + 1)
+    if out["answer_validated"]:
+        assert out["halt_reason"] == "validated"
+        assert out["state_value"] < out["sigma"]
+        assert out["stack"][-1].action is Action.CONCLUSION and out["stack"][-1].content == out["answer"]
+    else:
+        assert out["halt_reason"] != "validated"
+    # every scored Thought is clamped to sigma; accepted values are the only ones below it
+    for frame in out["stack"][1:]:
+        if frame.action is Action.THOUGHT and frame.state_after is not None:
+            assert frame.state_after >= out["sigma"]
+
+
+def test_real_model_answers_within_the_budget():
+    cfg = TCRAGConfig(max_steps=4, max_new_tokens=48, temperature=0.0)
+    out = build_graph(config=cfg).invoke({"question": Q})
+    _check_run(out, cfg)
+    assert out["answer"], out  # validated, or flagged as unvalidated, but an answer
+    assert out["messages"][-1].content == out["answer"]
+    assert out["stack"][0].action is Action.USER_QUERY and out["stack"][0].content == Q
+
+
+def test_real_model_with_the_default_tools_via_cli():
+    result = CliRunner().invoke(
+        __import__("tcrag_langgraph.cli", fromlist=["app"]).app,
+        ["ask", Q, "--json", "--max-steps", "3", "--max-new-tokens", "48", "--temperature", "0"],
+    )
+    assert result.exit_code in (0, 1), result.output
+    data = json.loads(result.stdout[result.stdout.index("{"):])
+    assert set(data) >= {"answer", "answer_validated", "trace", "halt_reason"}
+    assert data["steps"] <= 3
+    assert data["trace"][0]["op"] == "push" and data["trace"][-1]["op"] == "halt"
+    for frame in data["stack"]:
+        if frame["action"] == "Tool_Use":  # a real call to one of the embedded tools
+            assert frame["tool_call"]["tool"] in {"DOC_RAG", "KG_RAG", "WEB_SEARCH", "EMR_SEARCH"}
+            assert frame["tool_call"]["observation"]
