@@ -59,3 +59,20 @@ def test_real_model_with_the_default_tools_via_cli():
         if frame["action"] == "Tool_Use":  # a real call to one of the embedded tools
             assert frame["tool_call"]["tool"] in {"DOC_RAG", "KG_RAG", "WEB_SEARCH", "EMR_SEARCH"}
             assert frame["tool_call"]["observation"]
+
+
+def test_langchain_huggingface_chat_model_works_as_the_generator():
+    """Any LangChain chat model drives the graph; here langchain-huggingface over the packaged model."""
+    from langchain_huggingface import ChatHuggingFace, HuggingFacePipeline
+    from transformers import pipeline
+
+    from tcrag_langgraph import LocalLMScorer, load_local_model
+
+    lm = load_local_model()
+    generator = pipeline("text-generation", model=lm.model, tokenizer=lm.tokenizer, max_new_tokens=32,
+                         do_sample=False, return_full_text=False)
+    chat = ChatHuggingFace(llm=HuggingFacePipeline(pipeline=generator), tokenizer=lm.tokenizer)
+    cfg = TCRAGConfig(max_steps=2)
+    out = build_graph(model=chat, scorer=LocalLMScorer(lm), config=cfg).invoke({"question": Q})
+    _check_run(out, cfg)
+    assert out["llm_calls"] >= 1 and out["halt_reason"] != "model_error", out.get("error")
