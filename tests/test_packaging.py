@@ -1,0 +1,40 @@
+"""tools/ and prompts/ live at the repository top level but install inside the package (wheel too)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_editable_install_maps_tools_and_prompts():
+    import tcrag_langgraph.tools as tools
+    from tcrag_langgraph.prompting import load_prompt_file
+
+    assert Path(tools.__file__).resolve().parent == ROOT / "tools"
+    assert "$action_lines" in load_prompt_file("tcrag_en.txt")
+
+
+@pytest.mark.slow
+def test_wheel_carries_tools_prompts_and_data(tmp_path):
+    subprocess.run([sys.executable, "-m", "pip", "wheel", str(ROOT), "--no-deps", "--no-build-isolation", "-q",
+                    "-w", str(tmp_path)], check=True)
+    (wheel,) = tmp_path.glob("tcrag_langgraph-*.whl")
+    names = set(zipfile.ZipFile(wheel).namelist())
+    for expected in ("tcrag_langgraph/tools/layer.py", "tcrag_langgraph/tools/data/kg_medical.nt.gz",
+                     "tcrag_langgraph/tools/data/docs_pubmedqa.jsonl.gz", "tcrag_langgraph/prompts/tcrag_en.txt",
+                     "tcrag_langgraph/prompts/examples_zh.json", "tcrag_langgraph/graph.py"):
+        assert expected in names
+    target = tmp_path / "site"
+    subprocess.run([sys.executable, "-m", "pip", "install", "--no-deps", "-q", "--target", str(target), str(wheel)],
+                   check=True)
+    code = ("import tcrag_langgraph.tools.base as b, tcrag_langgraph.prompting as p; "
+            "print(b.__file__); print(len(p.load_prompt_file('actions_en.json')))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=tmp_path,
+                         env={"PYTHONPATH": str(target), "PATH": "/usr/bin:/bin"})
+    assert str(target) in out.stdout and int(out.stdout.split()[-1]) > 100
