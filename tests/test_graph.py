@@ -375,3 +375,12 @@ def test_worked_examples_show_only_available_actions():
     bare = scripted(["Conclusion: x"])
     build_graph(model=bare, scorer=ScriptedScorer(default=1.0), config=TCRAGConfig(few_shot=False)).invoke({"question": Q})
     assert len(bare.seen[0]) == 2
+
+
+def test_chinese_prompt_variant():
+    model = scripted(["思考：二甲双胍是一线用药。", "结论：二甲双胍"])
+    out = build_graph(model=model, tools=[doc_rag], scorer=ScriptedScorer(default=1.0),
+                      config=TCRAGConfig(language="zh")).invoke({"question": "2型糖尿病的一线药物是什么？"})
+    assert "请尽你所能回答下面的问题" in model.seen[0][0].content and "DOC_RAG" in model.seen[0][0].content
+    assert actions_of(out["stack"]) == ["User_Query", "Thought", "Conclusion"]
+    assert out["answer"] == "二甲双胍"
