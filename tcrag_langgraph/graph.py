@@ -433,7 +433,7 @@ class _Machine:
         stack, popped = pop(state["stack"])
         value = max(state["state_value"], state["sigma"])
         note = popped.content if not feedback else f"{popped.content}\n(Reviewer rejected this: {feedback})"
-        frame = popped.model_copy(update={"action": Action.THOUGHT, "content": note, "state_after": value})
+        frame = self._new_frame(Action.THOUGHT, note, popped.step, state_before=popped.state_before, state_after=value)
         stack = push(stack, frame)
         event = TraceEvent(step=state["steps"], action="Human_Review", op="reject", content=note,
                            stack_depth=len(stack), state_value=value, detail="rejected by the human reviewer")
