@@ -165,3 +165,12 @@ def test_threads_persist_in_sqlite_across_server_restarts(tmp_path):
         assert invoke(base, "and now?", {"thread_id": "durable"}).status_code == 200
         after = httpx.get(f"{base}/tcrag/threads/durable", timeout=10).json()
     assert len(after["messages"]) == 4 and after["answer"] == "second answer to and now?"
+
+
+def test_request_options_do_not_reset_the_servers_base_config():
+    """LangServe alone would validate `configurable` against TCRAGConfig and send every default
+    (max_steps=12 ...) along; the app passes on only what the client set."""
+    graph = scripted_graph({**SCRIPT, "config": {"max_steps": 1}})
+    with uvicorn_thread(create_app(graph=graph)) as base:
+        meta = invoke(base, "budget?", {"metric": "cppl"}).json()["output"]["response_metadata"]
+    assert meta["halt_reason"] == "max_steps" and meta["steps"] == 1  # the base budget of 1 still holds
