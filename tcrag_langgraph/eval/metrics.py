@@ -280,6 +280,19 @@ _YNM_AFTER_COLON = re.compile(
 )
 
 
+# For the ambiguity check: every label in a sentence, "no" also before "or" ("yes, no or maybe").
+_YNM_ANY = re.compile(
+    r"\b(yes|maybe)\b|\b(no)(?=\s*(?:[.,;:!?)\]\*\"'\-—/]|$|or\b))", re.IGNORECASE
+)
+_SENTENCE_END = re.compile(r"[.!?。！？\n]")
+
+
+def _sentence_labels(text: str, start: int) -> set[str]:
+    end = _SENTENCE_END.search(text, start)
+    segment = text[start: end.start() if end else len(text)]
+    return {(a or b).lower() for a, b in _YNM_ANY.findall(segment)}
+
+
 def extract_yes_no_maybe(text: Optional[str]) -> Optional[str]:
     """``"yes"``, ``"no"`` or ``"maybe"`` from a reply, or ``None``.
 
@@ -288,7 +301,8 @@ def extract_yes_no_maybe(text: Optional[str]) -> Optional[str]:
     standing alone after a colon ("Pituitary apoplexy: no, histology does not matter"). A "no" somewhere in the middle
     of a sentence ("there is no evidence") is *not* read as the label, and "no" counts only when
     punctuation or the end follows ("No." or "Answer: no, ..." but not "No idea" or
-    "Conclusion: No significant difference").
+    "Conclusion: No significant difference"). A reply naming several labels in the same sentence
+    ("Yes, no or maybe", "Answer: yes or no") is unparseable.
 
     Example:
         >>> extract_yes_no_maybe("**Yes.** Mitochondria play a role.")
@@ -299,15 +313,17 @@ def extract_yes_no_maybe(text: Optional[str]) -> Optional[str]:
     if text is None:
         return None
     text = unicodedata.normalize("NFKC", str(text)).strip()
-    hits = list(_YNM_MARKED.finditer(text))
-    if hits:
-        return (hits[-1].group("label") or hits[-1].group("no")).lower()
-    m = _YNM_LEADING.match(text)
-    if m:
-        return (m.group("label") or m.group("no")).lower()
-    hits = list(_YNM_AFTER_COLON.finditer(text))
-    if hits:
-        return (hits[-1].group("label") or hits[-1].group("no")).lower()
+    for pattern in (_YNM_MARKED, _YNM_LEADING, _YNM_AFTER_COLON):
+        hits = list(pattern.finditer(text))
+        if not hits:
+            continue
+        hit = hits[-1]
+        label = (hit.group("label") or hit.group("no")).lower()
+        # "Yes, no or maybe" / "Answer: yes or no" name several labels: that is no answer.
+        start = hit.start("label") if hit.group("label") else hit.start("no")
+        if _sentence_labels(text, start) - {label}:
+            return None
+        return label
     return None
 
 

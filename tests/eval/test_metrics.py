@@ -122,6 +122,12 @@ def test_mcq_accuracy_keeps_unparseable_in_denominator():
         ("The answer is no.", "no"),
         ("Pituitary apoplexy: no, histological features do not matter.", "no"),
         ("Results: no significant change", None),
+        ("Yes, no or maybe.\n\nThis is a validation study", None),  # the model echoed the instruction
+        ("Yes, no", None),
+        ("Answer: yes or no", None),
+        ("No, no.", "no"),
+        ("Yes, there is no evidence against it", "yes"),
+        ("Yes, I can answer that. Yes.", "yes"),
         ("No evidence supports it", None),
         ("No - insulin is injected", "no"),
         ("Yes it is", "yes"),
