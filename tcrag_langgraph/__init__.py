@@ -9,6 +9,7 @@ Example:
 from .actions import ActionParseError, ParsedAction, parse_action
 from .config import CallerContext, TCRAGConfig
 from .graph import EVENT_NAME, HALT_REASONS, build_graph
+from .integration import as_chat_runnable, checkpoint_serde, tcrag_events
 from .models import LocalChatModel, load_local_model
 from .scoring import LocalLMScorer, StateScorer
 from .state import Action, Frame, TCRAGState, ToolCallRecord, TraceEvent
@@ -29,6 +30,9 @@ __all__ = [
     "parse_action",
     "ParsedAction",
     "ActionParseError",
+    "as_chat_runnable",
+    "checkpoint_serde",
+    "tcrag_events",
     "EVENT_NAME",
     "HALT_REASONS",
 ]

@@ -133,5 +133,10 @@ def resolve_config(
     context: TCRAGConfig | Mapping[str, Any] | None = None,
 ) -> TCRAGConfig:
     """Apply ``configurable`` then ``context`` overrides on top of ``base``."""
+    if configurable:
+        # Servers such as LangServe fill every configurable field with its class default; a value
+        # equal to the default there is treated as unset so it does not undo the build-time config.
+        defaults = {name: field.default for name, field in TCRAGConfig.model_fields.items()}
+        configurable = {k: v for k, v in configurable.items() if k in defaults and v != defaults[k]}
     cfg = base.merged(configurable)
     return cfg.merged(context)

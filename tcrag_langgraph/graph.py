@@ -58,7 +58,8 @@ HALT_REASONS = (
 )
 # Generation stops before the model invents a tool result or a new turn. Further actions in the
 # same reply are left to the parser (small models often write an empty label, then the action).
-STOP_SEQUENCES = ["\nTool_Observation:", "\nObservation:", "\nTool_Error:", "\nUser_Query:", "\nBegin!"]
+STOP_SEQUENCES = ["\nTool_Observation:", "\nObservation:", "\nTool_Error:", "\nUser_Query:", "\nBegin!",
+                  "\nWrite your next action"]
 _CONTROL = re.compile(r"[\x00-\x08\x0b-\x0c\x0e-\x1f\x7f]")
 
 
@@ -526,7 +527,9 @@ def build_graph(
             local causal LM (the packaged model, shared with the default generator).
         config: :class:`TCRAGConfig` (or a dict of its fields); overridable per run through
             ``context=`` or ``config["configurable"]``.
-        checkpointer: a LangGraph checkpointer (e.g. ``SqliteSaver``) for durable, resumable runs.
+        checkpointer: a LangGraph checkpointer (e.g. ``SqliteSaver``) for durable, resumable runs;
+            give it ``serde=tcrag_langgraph.checkpoint_serde()`` so the typed frames restore without
+            "unregistered type" warnings.
 
     Returns:
         A compiled graph: ``invoke({"question": ...})`` or ``invoke({"messages": [...]})``.

@@ -111,7 +111,7 @@ def create_app(
 
     if graph is None:
         from .graph import build_graph
-        from .studio import default_tools
+        from .tools import default_tools
 
         graph = build_graph(config=config, tools=default_tools() if tools else [], name="tcrag")
     if getattr(graph, "checkpointer", None) is None and checkpoint_db is None:

@@ -62,7 +62,6 @@ __all__ = [
     "scripted_components",
     "scripted_graph",
     "make_graph",
-    "default_tools",
     "graph",
 ]
 
@@ -256,15 +255,9 @@ def make_graph(*, script: Optional[str] = None, tools: bool = True):
     script = script or os.environ.get(SCRIPT_ENV) or None
     if script:
         return scripted_graph(script)
+    from .tools import default_tools
+
     return build_graph(tools=default_tools() if tools else [], name="tcrag")
-
-
-def default_tools() -> list[BaseTool]:
-    """The package's default tools (``tcrag_langgraph.tools.default_tools()``), or none if it has none."""
-    from tcrag_langgraph import tools as tools_pkg
-
-    factory = getattr(tools_pkg, "default_tools", None)
-    return list(factory()) if factory is not None else []
 
 
 #: The graph exported to ``langgraph.json`` (``./tcrag_langgraph/studio.py:graph``).

@@ -1,0 +1,40 @@
+"""TCRAGConfig validation and the override layers (build time < configurable < context)."""
+
+from __future__ import annotations
+
+import pytest
+from pydantic import ValidationError
+
+from tcrag_langgraph.config import CallerContext, TCRAGConfig, caller_from_config, resolve_config
+
+
+def test_paper_defaults():
+    cfg = TCRAGConfig()
+    assert (cfg.metric, cfg.effective_sigma, cfg.max_new_tokens, cfg.temperature) == ("cppl", 10.0, 500, 0.6)
+    assert TCRAGConfig(metric="uct").effective_sigma == 20.0
+
+
+@pytest.mark.parametrize("bad", [{"sigma": 0}, {"sigma": float("nan")}, {"metric": "ppl"}, {"max_steps": 0},
+                                 {"temperature": -1}, {"unknown": 1}, {"sigma": True}])
+def test_invalid_values_are_refused(bad):
+    with pytest.raises(ValidationError):
+        TCRAGConfig(**bad)
+
+
+def test_only_explicit_fields_override():
+    base = TCRAGConfig(max_steps=5, sigma=3.0)
+    assert resolve_config(base, context=TCRAGConfig(metric="uct")).max_steps == 5
+    assert resolve_config(base, context={"max_steps": 9}).max_steps == 9
+    # a server that fills every configurable field with its default must not undo the base config
+    filled = {name: field.default for name, field in TCRAGConfig.model_fields.items()}
+    assert resolve_config(base, configurable={**filled, "metric": "uct"}).model_dump() == {
+        **base.model_dump(), "metric": "uct"}
+    assert resolve_config(base, configurable={"sigma": 7}, context={"sigma": 8}).sigma == 8
+
+
+def test_caller_from_config():
+    caller = CallerContext(user_id="dr-a", allowed_patient_ids=("P1",))
+    assert caller_from_config({"configurable": {"tcrag_caller": caller}}) is caller
+    assert caller_from_config({"configurable": {"tcrag_caller": {"user_id": "x"}}}).may_see("P1") is False
+    assert caller_from_config(None) is None
+    assert caller.may_see("P1") and not caller.may_see("P2")
