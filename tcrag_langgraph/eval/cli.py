@@ -282,3 +282,8 @@ def register(app: typer.Typer) -> None:
             f"proposed sigma ({rule}): {p.sigma:.4g}  TPR {p.tpr:.2f}  FPR {p.fpr:.2f}  "
             f"decision accuracy {p.decision_accuracy:.2f}  accept rate {p.accept_rate:.2f}"
         )
+        if result.auroc <= 0.5 or (rule == "youden" and p.objective <= 0):
+            typer.echo(
+                "warning: the state value does not separate correct from wrong answers on this data "
+                "(AUROC <= 0.5 or no positive Youden J); the proposed sigma is not supported by it."
+            )

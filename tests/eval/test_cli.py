@@ -89,7 +89,7 @@ def test_calibrate_reports_auroc_and_sigma(app, data, tmp_path):
     assert (report["n_correct"], report["n_wrong"], report["n_missing"]) == (4, 2, 0)
     values = [json.loads(line) for line in (out / "state_values.jsonl").read_text().splitlines()]
     assert [v["value"] for v in values] == [1.0, 7.0, 2.0, 3.0, 8.0, 4.0]
-    assert "AUROC (lower value = correct): 1.000" in result.output
+    assert "AUROC (lower value = correct): 1.000" in result.output and "warning" not in result.output
 
 
 def test_calibrate_needs_both_classes(app, data, tmp_path):
