@@ -97,3 +97,13 @@ class DrugScorer(TextScorer):
 
 def drug_scorer() -> DrugScorer:
     return DrugScorer()
+
+
+class ReversedDrugScorer(DrugScorer):
+    """Correct answers get the *high* values: a monitor with the wrong sign."""
+
+    VALUES = {0: 9.0, 1: 1.0, 2: 8.0, 3: 7.0, 4: 2.0, 5: 6.0}
+
+
+def reversed_drug_scorer() -> ReversedDrugScorer:
+    return ReversedDrugScorer()

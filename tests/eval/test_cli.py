@@ -97,3 +97,11 @@ def test_calibrate_needs_both_classes(app, data, tmp_path):
             f"{H}:yes_low_scorer", "--out", str(tmp_path / "c"), "--no-progress", "--limit", "1", "--seed", "0"]
     result = CliRunner().invoke(app, args)
     assert result.exit_code == 1 and "cannot calibrate" in result.output
+
+
+def test_calibrate_warns_when_values_carry_no_signal(app, data, tmp_path):
+    args = ["calibrate", "--dataset", str(data), "--model", f"{H}:drug_model", "--scorer",
+            f"{H}:reversed_drug_scorer", "--out", str(tmp_path / "w"), "--no-progress"]
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 0, result.output
+    assert "AUROC (lower value = correct): 0.000" in result.output and "warning: the state value" in result.output
