@@ -120,7 +120,10 @@ class LocalLMScorer:
             if self.prefix_cache.max_entries > 0:
                 logits = self._logits_with_prefix_cache(ids, first)
             else:
-                logits = lm.model(torch.tensor([ids], device=lm.device)).logits[0, first - 1: len(ids) - 1].float()
+                # Only the positions that predict scored tokens go through the LM head (49k vocab).
+                keep = len(ids) - first + 1
+                out = lm.model(torch.tensor([ids], device=lm.device), logits_to_keep=keep)
+                logits = out.logits[0, :-1].float()
         logp = torch.log_softmax(logits, dim=-1)
         target = torch.tensor(ids[first:], device=logp.device)
         return logp.gather(1, target[:, None])[:, 0].tolist()
@@ -137,7 +140,8 @@ class LocalLMScorer:
         entry = self.prefix_cache.take(key)
         if entry is None:
             cache = DynamicCache(config=model.config)
-            out = model(torch.tensor([ids[:first]], device=device), past_key_values=cache, use_cache=True)
+            out = model(torch.tensor([ids[:first]], device=device), past_key_values=cache, use_cache=True,
+                        logits_to_keep=1)  # only the last position predicts a scored token
             entry = (cache, out.logits[0, -1:].float())
         cache, last = entry
         rest = ids[first: len(ids) - 1]  # the final token predicts nothing we score: skip it
