@@ -125,7 +125,8 @@ def extract_choice_letters(
        "答案：B", "故选AC", "Option C".
     2. The whole reply is a list of letters: "B.", "**C**", "A, C", "AC" (or one lower-case
        letter alone, "b").
-    3. The reply starts with an option label: "B. Pulmonary atresia", "(C) ...".
+    3. The reply starts with an option label: "B. Pulmonary atresia", "(C) ..." (unless further
+       lines start with other labels: a reply listing options chooses none).
     4. Exactly one distinct emphasised letter "**C**" or bracketed letter "(C)".
     5. If ``options`` is given: exactly one option's text occurs in the reply.
 
@@ -163,7 +164,9 @@ def extract_choice_letters(
         return frozenset({bare.upper()})
     m = leading.match(text)
     if m:
-        return frozenset({m.group("l").upper()})
+        # "A. x\nC. y": a reply that lists several options line by line echoes them; no choice.
+        labels = {ln.group("l").upper() for ln in (leading.match(line) for line in text.splitlines()) if ln}
+        return frozenset({m.group("l").upper()}) if len(labels) == 1 else None
     emph = {(m.group("a") or m.group("b")).upper() for m in emphasised.finditer(text)}
     if len(emph) == 1:
         return frozenset(emph)

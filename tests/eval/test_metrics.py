@@ -66,6 +66,7 @@ def test_extract_choice_letters(text, expected):
         "ACE inhibitors are best",  # E is not an option letter of a 4-option question
         "None of these",
         "answer is a tricky one",
+        "A. Reduces confounding\nC. Ensures comparability of two groups",  # lists options, picks none
     ],
 )
 def test_unparseable_answers_are_none(text):
