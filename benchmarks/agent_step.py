@@ -115,6 +115,12 @@ def main() -> None:
           f"({totals['step_off'] / totals['step_on']:.2f}x); same greedy outputs: {same_all}")
     print("note: the 1-token and the full-step models of a variant share nothing (separate caches), so each "
           "full step also starts from the previous full step's cache")
+    from transformers import StopStringCriteria
+
+    t0 = time.perf_counter()
+    StopStringCriteria(warm.local_model.tokenizer, STOP_SEQUENCES)
+    print(f"building StopStringCriteria for the graph's stop sequences: {time.perf_counter() - t0:.2f} s "
+          "(before issue 6 every call paid this: generate(stop_strings=...) missed transformers' cache)")
     print(f"load avg after: {machine().split('load avg ')[1].split(',')[0]}")
 
 

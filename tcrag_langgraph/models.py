@@ -200,6 +200,7 @@ class LocalChatModel(BaseChatModel):
     _calls: int = PrivateAttr(default=0)
     _pool: Optional[PromptKVPool] = PrivateAttr(default=None)
     _pool_lock: threading.Lock = PrivateAttr(default_factory=threading.Lock)
+    _stops: dict[tuple[str, ...], Any] = PrivateAttr(default_factory=dict)
 
     @property
     def _llm_type(self) -> str:
@@ -230,6 +231,26 @@ class LocalChatModel(BaseChatModel):
     def kv_cache_stats(self) -> dict[str, int]:
         """Prompt tokens seen / reused from the cache / prefilled, over this model's calls."""
         return self.kv_pool.stats.as_dict() if self._pool is not None else CacheStats().as_dict()
+
+    def _stop_criteria(self, stops: tuple[str, ...]):
+        """A ``StopStringCriteria`` built once per set of stop strings.
+
+        Building one scans the whole vocabulary (about 1 s for SmolLM2 on 2 cores) and
+        transformers' own cache of it misses on every call here, so ``generate(stop_strings=...)``
+        spent more time on that than on prefilling a cached step. The criteria object is stateless
+        between calls (it only reads ``input_ids``), so sharing it is safe.
+        """
+        with self._pool_lock:
+            found = self._stops.get(stops)
+        if found is None:
+            from transformers import StoppingCriteriaList, StopStringCriteria
+
+            found = StoppingCriteriaList([StopStringCriteria(self.local_model.tokenizer, list(stops))])
+            with self._pool_lock:
+                self._stops[stops] = found
+                while len(self._stops) > 16:
+                    self._stops.pop(next(iter(self._stops)))
+        return found
 
     def _prompt_ids(self, messages: list[BaseMessage]):
         tok = self.local_model.tokenizer
@@ -280,7 +301,7 @@ class LocalChatModel(BaseChatModel):
         else:
             gen_kwargs.update(do_sample=False, temperature=None, top_p=None, top_k=None)
         if stops:
-            gen_kwargs.update(stop_strings=stops, tokenizer=lm.tokenizer)
+            gen_kwargs["stopping_criteria"] = self._stop_criteria(tuple(stops))
         with lm.lock, torch.no_grad():
             if self.seed is not None:
                 # A different but reproducible seed per call, so a re-prompt is not a replay.

@@ -380,3 +380,17 @@ def test_seeded_sampling_is_unchanged_by_the_cache(lm):
     first = [a.invoke(messages).content, a.invoke(messages).content]  # second call hits the cache
     assert first == [b.invoke(messages).content, b.invoke(messages).content]
     assert a.kv_cache_stats["reused_tokens"] > 0
+
+
+def test_stop_strings_end_generation_and_their_criteria_are_built_once(lm):
+    from tcrag_langgraph.models import LocalChatModel
+
+    chat = LocalChatModel(max_new_tokens=40, temperature=0.0)
+    messages = [HumanMessage(content="List three fruits, one per line.")]
+    free = chat.invoke(messages)
+    assert "\n" in free.content  # without a stop string the model writes several lines
+    stopped = chat.invoke(messages, stop=["\n"])
+    assert "\n" not in stopped.content
+    # generation itself stopped at the newline (not just the text cut afterwards)
+    assert stopped.usage_metadata["output_tokens"] < free.usage_metadata["output_tokens"]
+    assert chat._stop_criteria(("\n",)) is chat._stop_criteria(("\n",))
