@@ -61,9 +61,10 @@ Tokenize = Literal["auto", "13a", "zh", "none"]
 _DEFAULT_LETTERS = "ABCDE"
 
 # Words that announce the answer. Longer alternatives first so "final answer" wins over "answer".
+# Plural "Options:" / "Choices:" and "选项：" head an echoed option list, so they are not markers.
 _MARKER = (
     r"(?:final\s+answer|correct\s+answers?|correct\s+options?|best\s+answer|answers?|"
-    r"options?|choices?|正确答案|最终答案|答案|选项|故选|应选|选择|选)"
+    r"option|choice|正确答案|最终答案|答案|选项(?![:：])|故选|应选|选择|选)"
 )
 # What may sit between the marker and the letters: "is", ":", "**", "(", "为", ...
 _GLUE = r"(?:[\s\*_:：=\-—>\(\[（【]|is|are|was|would\s+be|should\s+be|must\s+be|为|是|應為|应为)*"

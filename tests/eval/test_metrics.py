@@ -38,6 +38,7 @@ def letters(text, **kw):
         ("答案：B", "B"),
         ("答案：AC", "AC"),
         ("答案是B选项", "B"),
+        ("选项B正确", "B"),
         ("故选D", "D"),
         ("Answer: A, C, and D", "ACD"),
         ("**Answer:** D", "D"),
@@ -67,6 +68,8 @@ def test_extract_choice_letters(text, expected):
         "None of these",
         "answer is a tricky one",
         "A. Reduces confounding\nC. Ensures comparability of two groups",  # lists options, picks none
+        "The least effect on prognosis is\nOptions:\nA. Suppuration\nB. Mobility",  # echoed question
+        "选项：A. 阿司匹林 B. 肝素",
     ],
 )
 def test_unparseable_answers_are_none(text):
