@@ -126,10 +126,12 @@ def extract_choice_letters(
        "答案：B", "故选AC", "Option C".
     2. The whole reply is a list of letters: "B.", "**C**", "A, C", "AC" (or one lower-case
        letter alone, "b").
-    3. The reply starts with an option label: "B. Pulmonary atresia", "(C) ..." (unless further
-       lines start with other labels: a reply listing options chooses none).
+    3. The reply starts with an option label: "B. Pulmonary atresia", "(C) ...".
     4. Exactly one distinct emphasised letter "**C**" or bracketed letter "(C)".
     5. If ``options`` is given: exactly one option's text occurs in the reply.
+
+    Without a marker, a reply whose lines start with two or more different option labels (an
+    echoed option list) is unparseable.
 
     Letters outside ``letters`` (pass the question's option letters) are ignored, so "ACE
     inhibitors" is not read as A, C, E on a four-option question.
@@ -163,11 +165,14 @@ def extract_choice_letters(
     bare = re.sub(r"[\s\*_\.\(\)\[\]（）。:：]", "", text)
     if len(bare) == 1 and bare.upper() in letters:
         return frozenset({bare.upper()})
+    # "A. x\nC. y": a reply listing several options line by line (often the question echoed)
+    # chooses none of them, whether by its first label or by the option texts it contains.
+    listed = {ln.group("l").upper() for ln in (leading.match(line) for line in text.splitlines()) if ln}
+    if len(listed) > 1:
+        return None
     m = leading.match(text)
     if m:
-        # "A. x\nC. y": a reply that lists several options line by line echoes them; no choice.
-        labels = {ln.group("l").upper() for ln in (leading.match(line) for line in text.splitlines()) if ln}
-        return frozenset({m.group("l").upper()}) if len(labels) == 1 else None
+        return frozenset({m.group("l").upper()})
     emph = {(m.group("a") or m.group("b")).upper() for m in emphasised.finditer(text)}
     if len(emph) == 1:
         return frozenset(emph)

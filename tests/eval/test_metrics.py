@@ -76,6 +76,13 @@ def test_unparseable_answers_are_none(text):
     assert extract_choice_letters(text, letters="ABCD") is None
 
 
+def test_echoed_option_list_is_not_an_answer():
+    opts = {"A": "Suppuration from the pocket", "B": "Furcation involvement", "C": "Mobility", "D": "Bone loss"}
+    echo = "The least effect on prognosis is\nOptions:\nA. Suppuration from the pocket\nB. Furcat"
+    assert extract_choice_letters(echo, letters="ABCD", options=opts) is None
+    assert letters("A. Suppuration\nB. Furcation\nAnswer: B", letters="ABCD") == "B"  # a marker still counts
+
+
 def test_option_text_fallback_is_unique_and_prefers_longer_option():
     opts = {"A": "Aspirin", "B": "Aspirin and heparin", "C": "Warfarin"}
     assert letters("I would give aspirin and heparin here", options=opts, letters="ABC") == "B"
