@@ -198,9 +198,7 @@ class _Machine:
         cfg = self.cfg(config, runtime)
         stack = state["stack"]
         if state.get("steps", 0) >= cfg.max_steps:
-            top = stack[-1]
-            answer = None if top.action is Action.USER_QUERY else _frame_answer(top)
-            return self.halt(state, config, reason="max_steps", answer=answer, validated=False,
+            return self.halt(state, config, reason="max_steps", answer=_unverified_answer(stack), validated=False,
                              error=f"step budget of {cfg.max_steps} actions spent before a validated Conclusion")
         allowed = cfg.allowed_actions(has_tools=bool(self.tools))
         tools = list(self.tools.values())
@@ -230,9 +228,7 @@ class _Machine:
                 step=state.get("steps", 0), action="Format_Error", op="format_error", content=text[:500],
                 stack_depth=len(stack), state_value=state.get("state_value"), detail=str(err)))
             if retries > cfg.max_format_retries:
-                top = stack[-1]
-                return self.halt(state, config, reason="format_error",
-                                 answer=None if top.action is Action.USER_QUERY else _frame_answer(top),
+                return self.halt(state, config, reason="format_error", answer=_unverified_answer(stack),
                                  validated=False, error=f"no usable action after {retries} tries: {err}",
                                  extra={**common, "trace": trace, "format_retries": retries})
             feedback = [*state.get("format_feedback", []), {
@@ -471,10 +467,16 @@ def _content_text(content: Any) -> str:
     return str(content)
 
 
-def _frame_answer(frame: Frame) -> str:
-    if frame.tool_call is not None:
-        return frame.tool_call.observation
-    return frame.content
+_ANSWER_FRAMES = (Action.CONCLUSION, Action.THOUGHT, Action.SUMMARY)
+
+
+def _unverified_answer(stack: list[Frame]) -> Optional[str]:
+    """The answer of a run that did not validate: the top-most text the model wrote itself
+    (Algorithm 1 returns top(M); a tool observation or the question is never an answer)."""
+    for frame in reversed(stack[1:]):
+        if frame.action in _ANSWER_FRAMES:
+            return frame.content
+    return None
 
 
 def _last_human_is(state: TCRAGState, question: str) -> bool:

@@ -384,3 +384,12 @@ def test_chinese_prompt_variant():
     assert "请尽你所能回答下面的问题" in model.seen[0][0].content and "DOC_RAG" in model.seen[0][0].content
     assert actions_of(out["stack"]) == ["User_Query", "Thought", "Conclusion"]
     assert out["answer"] == "二甲双胍"
+
+
+def test_budget_answer_is_the_models_own_text_never_a_tool_observation():
+    out, _, _ = run(["Thought: metformin, probably", "Tool_Use: DOC_RAG\nTool_Input: metformin"],
+                    scorer=ScriptedScorer(default=99.0), tools=[doc_rag], max_steps=2)
+    assert out["stack"][-1].action is Action.TOOL_USE
+    assert out["answer"] == "metformin, probably" and out["answer_validated"] is False
+    only_tools, _, _ = run(["Tool_Use: DOC_RAG"], tools=[doc_rag], max_steps=2)
+    assert only_tools["answer"] is None and only_tools["halt_reason"] == "max_steps"
