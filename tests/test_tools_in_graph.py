@@ -12,7 +12,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from tcrag_langgraph import Action, CallerContext, TCRAGConfig, build_graph
+from tcrag_langgraph import Action, CallerContext, LocalLMScorer, TCRAGConfig, build_graph
 from tcrag_langgraph.tools import default_tools
 from tcrag_langgraph.tools.documents import document_tool
 from tcrag_langgraph.tools.elasticsearch_store import ElasticsearchStore
@@ -43,9 +43,11 @@ def _frames(out):
     ],
 )
 def test_each_default_tool_is_called_for_real_by_the_graph(tools, tool_name, tool_input, expect):
+    """Scripted choice of tool; real tool, real observation, and the real packaged model as the
+    state monitor (sigma set high enough that its cppl for the scripted answer validates)."""
     model = scripted([f"Tool_Use: {tool_name}\nTool_Input: {tool_input}", "Conclusion: Metformin"])
-    graph = build_graph(model=model, tools=list(tools.values()), scorer=ScriptedScorer(default=1.0),
-                        config=TCRAGConfig(max_observation_tokens=400))
+    graph = build_graph(model=model, tools=list(tools.values()), scorer=LocalLMScorer(),
+                        config=TCRAGConfig(max_observation_tokens=400, sigma=1e6))
     out = graph.invoke({"question": Q})
     (frame,) = _frames(out)
     call = frame.tool_call
@@ -53,6 +55,7 @@ def test_each_default_tool_is_called_for_real_by_the_graph(tools, tool_name, too
     assert expect.lower() in call.observation.lower()
     assert call.observation in model.seen[1][-1].content  # the model saw the real observation
     assert out["answer_validated"] is True
+    assert 1.0 < out["state_value"] < 1e6  # a real perplexity from the packaged model
 
 
 def test_emr_lookup_obeys_the_callers_permissions(tools):
