@@ -37,7 +37,7 @@ from langgraph.types import Command, interrupt
 
 from .actions import ActionParseError, format_instructions, parse_action
 from .config import CALLER_KEY, TCRAGConfig, resolve_config
-from .prompting import demonstrations, system_prompt, turn_text
+from .prompting import demonstrations, message_text, system_prompt, turn_text
 from .scoring import StateScorer
 from .state import Action, Frame, TCRAGState, ToolCallRecord, TraceEvent, pop, push, render_stack, replace_top
 from .tokens import count_tokens, trim_to_tokens
@@ -214,9 +214,9 @@ class _Machine:
         except Exception as exc:  # a model/server failure ends the run cleanly, with the reason
             return self.halt(state, config, reason="model_error", answer=None, validated=False,
                              error=f"{type(exc).__name__}: {exc}")
-        text = _content_text(reply.content)
+        text = message_text(reply.content)
         usage = dict(state.get("token_usage") or {"prompt": 0, "completion": 0})
-        usage["prompt"] += sum(count_tokens(_content_text(m.content)) for m in messages)
+        usage["prompt"] += sum(count_tokens(message_text(m.content)) for m in messages)
         usage["completion"] += count_tokens(text)
         common = {"llm_calls": state.get("llm_calls", 0) + 1, "token_usage": usage}
         try:
@@ -339,7 +339,7 @@ class _Machine:
         if isinstance(result, ToolError):
             return ToolCallRecord(tool=tool.name, tool_input=tool_input, observation=str(result), is_error=True,
                                   error_kind=result.kind)
-        observation = _content_text(getattr(result, "content", result))
+        observation = message_text(getattr(result, "content", result))
         if not observation.strip():
             return ToolCallRecord(tool=tool.name, tool_input=tool_input, is_error=True, error_kind="bad_response",
                                   observation=f"[{tool.name} error: bad_response] the tool returned nothing")
@@ -455,18 +455,6 @@ def _child_config(config: RunnableConfig) -> dict[str, Any]:
     return child
 
 
-def _content_text(content: Any) -> str:
-    if content is None:
-        return ""
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list):
-        return "".join(p.get("text", "") if isinstance(p, dict) else str(p) for p in content)
-    if isinstance(content, (dict, tuple)):
-        return json.dumps(content, ensure_ascii=False, default=str)
-    return str(content)
-
-
 _ANSWER_FRAMES = (Action.CONCLUSION, Action.THOUGHT, Action.SUMMARY)
 
 
@@ -482,7 +470,7 @@ def _unverified_answer(stack: list[Frame]) -> Optional[str]:
 def _last_human_is(state: TCRAGState, question: str) -> bool:
     for message in reversed(state.get("messages") or []):
         if isinstance(message, HumanMessage):
-            return _content_text(message.content).strip() == question
+            return message_text(message.content).strip() == question
     return False
 
 
@@ -494,7 +482,7 @@ def _extract_question(state: TCRAGState, cfg: TCRAGConfig) -> tuple[str, Optiona
     if messages and isinstance(messages[-1], HumanMessage):
         raw = messages[-1].content
         if isinstance(raw, list):
-            raw = _content_text(raw)
+            raw = message_text(raw)
     if raw is None:
         return "", "no question: give {'question': ...} or {'messages': [...]} ending with a human message"
     if not isinstance(raw, str):

@@ -6,11 +6,11 @@ import json
 from functools import lru_cache
 from importlib import resources
 from string import Template
-from typing import Sequence
+from typing import Any, Sequence
 
 from langchain_core.tools import BaseTool
 
-__all__ = ["system_prompt", "demonstrations", "load_prompt_file", "turn_text"]
+__all__ = ["system_prompt", "demonstrations", "load_prompt_file", "turn_text", "message_text"]
 
 
 @lru_cache(maxsize=16)
@@ -50,3 +50,16 @@ def demonstrations(tools: Sequence[BaseTool], allowed_actions: Sequence[str], *,
         reply = Template(example["reply"]).safe_substitute(tool=tools[0].name if tools else "")
         pairs.append((turn_text(example["stack"]), reply))
     return pairs
+
+
+def message_text(content: Any) -> str:
+    """Plain text of a LangChain message ``content`` (a string, or a list of content blocks)."""
+    if content is None:
+        return ""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return "".join(p.get("text", "") if isinstance(p, dict) else str(p) for p in content)
+    if isinstance(content, (dict, tuple)):
+        return json.dumps(content, ensure_ascii=False, default=str)
+    return str(content)

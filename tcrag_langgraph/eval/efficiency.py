@@ -29,6 +29,7 @@ from uuid import UUID
 
 from langchain_core.callbacks import BaseCallbackHandler
 
+from ..prompting import message_text
 from ..tokens import count_tokens
 
 __all__ = ["UsageMeter", "QuestionCost", "count_stack_ops", "question_cost", "mean_costs", "COST_FIELDS"]
@@ -45,16 +46,6 @@ COST_FIELDS = (
     "summaries",
     "steps",
 )
-
-
-def _text(content: Any) -> str:
-    if content is None:
-        return ""
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list):
-        return "".join(p.get("text", "") if isinstance(p, dict) else str(p) for p in content)
-    return str(content)
 
 
 class UsageMeter(BaseCallbackHandler):
@@ -82,7 +73,7 @@ class UsageMeter(BaseCallbackHandler):
 
     # ----- models -----
     def on_chat_model_start(self, serialized: Mapping[str, Any], messages: list[list[Any]], **kwargs: Any) -> None:
-        tokens = sum(count_tokens(_text(getattr(m, "content", m))) for batch in messages for m in batch)
+        tokens = sum(count_tokens(message_text(getattr(m, "content", m))) for batch in messages for m in batch)
         with self._lock:
             self.llm_calls += len(messages)
             self.prompt_tokens += tokens
@@ -98,7 +89,7 @@ class UsageMeter(BaseCallbackHandler):
         for batch in getattr(response, "generations", []) or []:
             for gen in batch:
                 message = getattr(gen, "message", None)
-                tokens += count_tokens(_text(message.content) if message is not None else getattr(gen, "text", ""))
+                tokens += count_tokens(message_text(message.content) if message is not None else getattr(gen, "text", ""))
         with self._lock:
             self.completion_tokens += tokens
 
