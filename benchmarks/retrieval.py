@@ -8,13 +8,14 @@ real medical prose) and its vector is the normalised sum of their MiniLM vectors
 at indexing time: we time the stores, not the embedder; dense query latency includes embedding
 the query). Queries are packaged article titles (questions).
 
-    python benchmarks/retrieval.py [--sizes 10000,100000] [--no-es] [--queries 50]
+    python benchmarks/retrieval.py [--threads 1] [--sizes 10000,100000] [--no-es] [--queries 50]
 """
 
 from __future__ import annotations
 
 import gzip
 import json
+import signal
 import statistics
 import sys
 import time
@@ -25,7 +26,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT.parent))  # tests/tools/es_server.py: the noida-db helper
-from _common import machine, parser  # noqa: E402
+from _common import machine, parser, set_threads  # noqa: E402
 
 
 def packaged():
@@ -89,8 +90,12 @@ def main() -> None:
     p.add_argument("--sizes", default="10000,100000")
     p.add_argument("--no-es", action="store_true", help="skip the Elasticsearch (noida-db) backend")
     p.add_argument("--queries", type=int, default=50)
+    p.add_argument("--es-queries", type=int, default=10, help="BM25 on noida-db takes seconds: fewer queries")
     p.add_argument("--es-dense-queries", type=int, default=5, help="kNN on noida-db is slow: fewer queries")
     args = p.parse_args()
+    set_threads(args.threads)
+    # SIGTERM (timeout) unwinds the with-block, so the noida-db server we started is stopped too
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     from tcrag_langgraph.tools.documents import EmbeddedStore, default_embeddings
 
     rows, vectors = packaged()
@@ -125,7 +130,7 @@ def main() -> None:
             t0 = time.perf_counter(); es.add(chunks, vectors=vec); t1 = time.perf_counter()
             assert es.count() == n
             print(f"[noida-db] {n:,} chunks: bulk index {n / (t1 - t0):,.0f} chunks/s ({t1 - t0:.1f} s, 384-dim vectors)")
-            for mode, qs in (("bm25", queries), ("dense", queries[: args.es_dense_queries]),
+            for mode, qs in (("bm25", queries[: args.es_queries]), ("dense", queries[: args.es_dense_queries]),
                              ("hybrid", queries[: args.es_dense_queries])):
                 es.search(qs[0], k=5, mode=mode)  # first query opens the index files
                 med, p95 = latency(es, qs, mode)
