@@ -362,13 +362,16 @@ def test_cached_generation_equals_uncached_with_the_full_tcrag_prompt(lm):
     cached = LocalChatModel(max_new_tokens=12, temperature=0.0)
     plain = LocalChatModel(max_new_tokens=12, temperature=0.0, kv_cache=False)
     start = [Frame(action=Action.USER_QUERY, content="Is metformin safe in pregnancy?")]
+    first = None
     for stack in _script(start):
         messages = _messages(stack)
         a, a_ids = _gen_ids(cached, messages)
         b, b_ids = _gen_ids(plain, messages)
         _assert_same_greedy_output(lm, messages, a_ids, b_ids)
+        first = first or a.usage_metadata["input_tokens"]
     stats = cached.kv_cache_stats
-    assert stats["prefill_tokens"] < stats["prompt_tokens"] / 5
+    # after the first call only new frames and the turn suffix are prefilled: under 15% of the prompts
+    assert stats["prefill_tokens"] - first < 0.15 * (stats["prompt_tokens"] - first)
 
 
 def test_seeded_sampling_is_unchanged_by_the_cache(lm):
