@@ -625,9 +625,10 @@ class EMRDatabase:
         ):
             if drug not in out[pid]["rx"]:
                 out[pid]["rx"].append(drug)
+        # labs.c.id breaks chart_time ties: without it SQLite and PostgreSQL order (and so pick) labs differently
         for pid, label, value, unit, flag in conn.execute(
             select(labs.c.patient_id, labs.c.label, labs.c.value, labs.c.unit, labs.c.flag)
-            .where(labs.c.patient_id.in_(ids), labs.c.flag.is_not(None)).order_by(labs.c.chart_time)
+            .where(labs.c.patient_id.in_(ids), labs.c.flag.is_not(None)).order_by(labs.c.chart_time, labs.c.id)
         ):
             out[pid]["labs"][label] = f"{label} {_fmt_value(value)} {unit} ({flag})".replace("  ", " ")  # latest wins
         for c in out.values():
