@@ -248,6 +248,14 @@ class DocumentStore(ABC):
     rrf_k: int = 60
     hybrid_candidates: int = 5
 
+    def _checked_chunks(self, chunks: Iterable[Chunk]) -> list[Chunk]:
+        """``chunks`` as a list, refusing anything that is not a :class:`Chunk`."""
+        chunks = list(chunks)
+        for chunk in chunks:
+            if not isinstance(chunk, Chunk):
+                raise TypeError(f"{type(self).__name__}.add expects Chunk objects, got {type(chunk).__name__}")
+        return chunks
+
     @abstractmethod
     def add(
         self,
@@ -401,12 +409,9 @@ class EmbeddedStore(DocumentStore):
         vectors: np.ndarray | None = None,
         progress: Callable[[int], None] | None = None,
     ) -> int:
-        chunks = list(chunks)
+        chunks = self._checked_chunks(chunks)
         if not chunks:
             return 0
-        for chunk in chunks:
-            if not isinstance(chunk, Chunk):
-                raise TypeError(f"EmbeddedStore.add expects Chunk objects, got {type(chunk).__name__}")
         if vectors is None:
             parts = []
             for start in range(0, len(chunks), self._batch_size):

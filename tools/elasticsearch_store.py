@@ -253,12 +253,9 @@ class ElasticsearchStore(DocumentStore):
     ) -> int:
         from elasticsearch import helpers
 
-        chunks = list(chunks)
+        chunks = self._checked_chunks(chunks)
         if not chunks:
             return 0
-        for chunk in chunks:
-            if not isinstance(chunk, Chunk):
-                raise TypeError(f"ElasticsearchStore.add expects Chunk objects, got {type(chunk).__name__}")
         if vectors is not None:
             vectors = np.asarray(vectors, dtype=np.float32)
             if vectors.ndim != 2 or vectors.shape[0] != len(chunks):
