@@ -64,6 +64,16 @@ def _render_event(console: Console, event: dict[str, Any]) -> None:
     )
 
 
+def _quiet_library_progress() -> None:
+    """transformers prints a progress bar per weight load; the live view has its own status line."""
+    try:
+        from transformers.utils import logging as hf_logging
+
+        hf_logging.disable_progress_bar()
+    except ImportError:  # pragma: no cover - transformers is a dependency
+        pass
+
+
 def result_dict(state: dict[str, Any]) -> dict[str, Any]:
     """The machine-readable result of a run (what ``tcrag ask --json`` prints)."""
     return {
@@ -104,16 +114,21 @@ def ask(
     """Answer QUESTION with TC-RAG, showing each action, push/pop and state value live."""
     from pydantic import ValidationError
 
-    from .graph import EVENT_NAME, build_graph
+    from .graph import EVENT_NAME, build_graph, question_problem
     from .models import LocalChatModel, LocalModelError
 
     err = Console(stderr=True)
+    _quiet_library_progress()
     try:
         cfg = TCRAGConfig(metric=metric, sigma=sigma, max_steps=max_steps, max_new_tokens=max_new_tokens,
                           temperature=temperature, enable_backtrack=backtrack, enable_summary=summary,
                           enable_state_monitor=state_monitor, language=language)
     except ValidationError as exc:
         err.print(f"[red]Invalid option:[/] {exc.errors()[0]['loc'][0]}: {exc.errors()[0]['msg']}")
+        raise typer.Exit(2)
+    _, problem = question_problem(question, cfg)
+    if problem is not None:  # refuse before spending time on loading the model
+        err.print(f"[red]Invalid question:[/] {problem}")
         raise typer.Exit(2)
     out = Console()
     try:

@@ -42,7 +42,7 @@ from .scoring import StateScorer
 from .state import Action, Frame, TCRAGState, ToolCallRecord, TraceEvent, pop, push, render_stack, replace_top
 from .tokens import count_tokens, trim_to_tokens
 
-__all__ = ["build_graph", "EVENT_NAME", "NODE_NAMES", "HALT_REASONS"]
+__all__ = ["build_graph", "question_problem", "EVENT_NAME", "NODE_NAMES", "HALT_REASONS"]
 
 #: Name of the custom events (``stream_mode="custom"`` payload ``type`` and ``astream_events`` name).
 EVENT_NAME = "tcrag"
@@ -485,6 +485,11 @@ def _extract_question(state: TCRAGState, cfg: TCRAGConfig) -> tuple[str, Optiona
             raw = message_text(raw)
     if raw is None:
         return "", "no question: give {'question': ...} or {'messages': [...]} ending with a human message"
+    return question_problem(raw, cfg)
+
+
+def question_problem(raw: Any, cfg: TCRAGConfig) -> tuple[str, Optional[str]]:
+    """``(cleaned question, None)``, or ``("", why it cannot be used)``."""
     if not isinstance(raw, str):
         return "", f"the question must be text, not {type(raw).__name__}"
     question = _CONTROL.sub(" ", raw).strip()
