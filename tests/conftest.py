@@ -38,6 +38,25 @@ def scripted(responses: Iterable[str]) -> RecordingChatModel:
     return RecordingChatModel(responses=list(responses), seen=[])
 
 
+@pytest.fixture(scope="module")
+def one_torch_thread():
+    """One intra-op thread: on a shared 2-core machine two spinning threads run several times slower."""
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+@pytest.fixture(scope="module")
+def lm():
+    """The packaged local model (loaded once per process). A missing model is an error, not a skip."""
+    from tcrag_langgraph.models import load_local_model
+
+    return load_local_model()
+
+
 @pytest.fixture
 def scorer() -> ScriptedScorer:
     return ScriptedScorer()

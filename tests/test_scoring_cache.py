@@ -18,25 +18,8 @@ TEXTS = [
 ]
 
 
-@pytest.fixture(scope="module", autouse=True)
-def one_torch_thread():
-    """One intra-op thread: on a shared 2-core machine two spinning threads run several times slower."""
-    import torch
-
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
-
-@pytest.fixture(scope="module")
-def lm():
-    from tcrag_langgraph.models import LocalModelError, load_local_model
-
-    try:
-        return load_local_model()
-    except LocalModelError as exc:
-        pytest.skip(str(exc))
+# One torch thread and the shared packaged model: fixtures `one_torch_thread` and `lm` in conftest.py.
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 @pytest.fixture(scope="module")
