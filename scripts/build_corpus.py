@@ -57,7 +57,7 @@ def pubmedqa_documents(path: Path) -> list[Document]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--source", type=Path, default=Path("/work/shared/data/pubmedqa"))
+    parser.add_argument("--source", type=Path, default=Path(__file__).resolve().parents[1].parent / "shared" / "data" / "pubmedqa")
     parser.add_argument("--out", type=Path, default=REPO / "tools" / "data")
     parser.add_argument("--chunk-tokens", type=int, default=DEFAULT_CHUNK_TOKENS)
     parser.add_argument("--overlap", type=int, default=DEFAULT_OVERLAP)

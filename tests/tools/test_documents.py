@@ -294,9 +294,9 @@ def test_packaged_corpus_is_small_licensed_and_complete(packaged_manifest):
 
 
 def test_packaged_corpus_ships_contexts_but_never_answers():
-    source = Path("/work/shared/data/pubmedqa/ori_pqal.json")
-    if not source.exists():
-        pytest.skip("PubMedQA source data not on this machine")
+    from tcrag_langgraph.eval.datasets import default_data_dir
+
+    source = default_data_dir() / "pubmedqa" / "ori_pqal.json"  # ../shared/data beside the repository
     data = json.loads(source.read_text())
     with gzip.open(packaged_data_dir() / "docs_pubmedqa.jsonl.gz", "rt") as fh:
         shipped = " ".join(json.loads(line)["text"] for line in fh)
