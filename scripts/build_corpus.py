@@ -17,7 +17,7 @@ Only the abstracts' CONTEXTS are shipped: never LONG_ANSWER, final_decision or r
 labels (those are the answers).
 
 Usage:
-    python scripts/build_corpus.py [--source /work/shared/data/pubmedqa] [--out tools/data]
+    python scripts/build_corpus.py [--source ../shared/data/pubmedqa] [--out tools/data]
 """
 
 from __future__ import annotations
