@@ -180,8 +180,9 @@ class _Machine:
         }
         question, problem = _extract_question(state, cfg)
         if problem is not None:
+            # The question of an earlier turn on this thread must not look like this run's.
             return self.halt({**state, **base}, config, reason="invalid_input", answer=None, validated=False,
-                             error=problem, extra=base)
+                             error=problem, extra={**base, "question": None})
         frame = Frame(action=Action.USER_QUERY, content=question, token_count=count_tokens(question),
                       state_after=cfg.initial_state_value)
         update = {**base, "question": question, "stack": [frame]}

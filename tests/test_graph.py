@@ -393,3 +393,12 @@ def test_budget_answer_is_the_models_own_text_never_a_tool_observation():
     assert out["answer"] == "metformin, probably" and out["answer_validated"] is False
     only_tools, _, _ = run(["Tool_Use: DOC_RAG"], tools=[doc_rag], max_steps=2)
     assert only_tools["answer"] is None and only_tools["halt_reason"] == "max_steps"
+
+
+def test_invalid_turn_after_a_good_one_does_not_reuse_the_old_question():
+    graph = build_graph(model=scripted(["Conclusion: A"]), scorer=ScriptedScorer(default=1.0),
+                        checkpointer=InMemorySaver())
+    cfg = {"configurable": {"thread_id": "t"}}
+    graph.invoke({"question": "first?"}, cfg)
+    out = graph.invoke({"question": "   "}, cfg)
+    assert out["halt_reason"] == "invalid_input" and out["question"] is None and out["answer"] is None
