@@ -124,7 +124,7 @@ def _compact(value: Any) -> str:
 class TCRAGState(TypedDict, total=False):
     """Graph state. Input is ``{"question": ...}`` or ``{"messages": [...]}``."""
 
-    question: str
+    question: Optional[str]
     messages: Annotated[list[AnyMessage], add_messages]
     stack: list[Frame]
     sigma: float
