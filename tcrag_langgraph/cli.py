@@ -110,6 +110,7 @@ def ask(
     state_monitor: bool = typer.Option(True, "--state-monitor/--no-state-monitor", help="Ablation: the state monitor."),
     language: str = typer.Option("en", help="Prompt language: en or zh."),
     as_json: bool = typer.Option(False, "--json", help="Print a machine-readable result instead of the live view."),
+    threads: Optional[int] = typer.Option(None, min=1, help="torch CPU threads (1 is often faster on a busy machine)."),
 ) -> None:
     """Answer QUESTION with TC-RAG, showing each action, push/pop and state value live."""
     from pydantic import ValidationError
@@ -130,6 +131,10 @@ def ask(
     if problem is not None:  # refuse before spending time on loading the model
         err.print(f"[red]Invalid question:[/] {problem}")
         raise typer.Exit(2)
+    if threads is not None:
+        import torch
+
+        torch.set_num_threads(threads)
     out = Console()
     try:
         with err.status("Loading the local model and tools (the first run converts the packaged model, ~30 s)..."):

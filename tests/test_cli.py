@@ -21,3 +21,8 @@ def test_bad_question_and_options_exit_2_without_loading_a_model():
                  ["ask", "ok?", "--sigma", "-1"]):
         result = runner.invoke(app, args)
         assert result.exit_code == 2, (args, result.output)
+
+
+def test_threads_must_be_positive():
+    result = runner.invoke(app, ["ask", "ok?", "--threads", "0"])
+    assert result.exit_code == 2
