@@ -15,15 +15,10 @@ pytestmark = pytest.mark.slow
 
 
 def test_real_model_rows_are_well_formed_and_seeded_runs_repeat():
-    pytest.importorskip("torch")
-    from tcrag_langgraph.models import LocalChatModel, LocalModelError
+    from tcrag_langgraph.models import LocalChatModel
     from tcrag_langgraph.scoring import LocalLMScorer
 
-    chat = LocalChatModel(max_new_tokens=8, temperature=0.6)
-    try:
-        chat.local_model
-    except LocalModelError as exc:
-        pytest.skip(f"packaged model not installed: {exc}")
+    chat = LocalChatModel(max_new_tokens=8, temperature=0.6)  # a missing packaged model fails the test
     record = QARecord("r1", "Is aspirin a nonsteroidal anti-inflammatory drug?", "yesno", ("yes",))
     cfg = TCRAGConfig(max_steps=2, max_new_tokens=8, temperature=0.6)
     scorer = LocalLMScorer(chat.local_model)
