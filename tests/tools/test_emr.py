@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import re
-from contextlib import contextmanager
 from datetime import date
 
 import pytest
 import simple_icd_10_cm as cm
 from langchain_core.messages import ToolMessage
-from sqlalchemy import event, func, select
+from sqlalchemy import func, select
 
 from tcrag_langgraph.tools.base import ToolError
 from tcrag_langgraph.tools.emr import (
@@ -24,6 +23,8 @@ from tcrag_langgraph.tools.emr import (
     parse_emr_text,
     patients,
 )
+
+from emr_checks import captured_sql, identifiers  # tests/tools helper (same checks on PostgreSQL)
 
 N, SEED = 300, 7
 
@@ -41,30 +42,6 @@ def db():
 @pytest.fixture(scope="module")
 def tool(db):
     return emr_tool(db)
-
-
-@contextmanager
-def captured_sql(db):
-    """Every (statement, parameters) the engine sends to SQLite."""
-    seen: list[tuple[str, object]] = []
-
-    def listen(conn, cursor, statement, parameters, context, executemany):
-        seen.append((statement, parameters))
-
-    event.listen(db.engine, "before_cursor_execute", listen)
-    try:
-        yield seen
-    finally:
-        event.remove(db.engine, "before_cursor_execute", listen)
-
-
-def identifiers(rows):
-    """Every direct identifier in the cohort, in the forms a leak would take."""
-    out = set()
-    for p in rows["patients"]:
-        out |= {p["mrn"], p["phone"], p["address"], f"{p['first_name']} {p['last_name']}",
-                p["birth_date"].isoformat(), p["birth_date"].strftime("%m/%d/%Y")}
-    return out
 
 
 def matching_patients(rows, prefixes, sex=None, age_min=None, age_max=None):

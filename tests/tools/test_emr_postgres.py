@@ -12,7 +12,6 @@ from __future__ import annotations
 import importlib.util
 import re
 import sys
-from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -30,7 +29,8 @@ if _missing:
     pytest.skip(_missing, allow_module_level=True)
 pytest.importorskip("psycopg", reason='the PostgreSQL driver psycopg 3 is not installed (pip install "psycopg[binary]")')
 
-from sqlalchemy import event, select, text  # noqa: E402
+from sqlalchemy import select, text  # noqa: E402
+from emr_checks import captured_sql, identifiers
 
 N, SEED = 300, 7
 TABLES = ("d_icd_diagnoses", "patients", "admissions", "diagnoses", "medications", "labs", "emr_meta")
@@ -86,29 +86,6 @@ def sqlite_tool(sqlite_db):
 def cfg(*allowed: str, user: str = "dr-a", none: bool = False) -> dict:
     caller = CallerContext(user_id=user, roles=("clinician",), allowed_patient_ids=None if none else tuple(allowed))
     return {"configurable": {CALLER_KEY: caller}}
-
-
-@contextmanager
-def captured_sql(db):
-    """Every (statement, parameters) the engine sends to the server."""
-    seen: list[tuple[str, object]] = []
-
-    def listen(conn, cursor, statement, parameters, context, executemany):
-        seen.append((statement, parameters))
-
-    event.listen(db.engine, "before_cursor_execute", listen)
-    try:
-        yield seen
-    finally:
-        event.remove(db.engine, "before_cursor_execute", listen)
-
-
-def identifiers(rows):
-    out = set()
-    for p in rows["patients"]:
-        out |= {p["mrn"], p["phone"], p["address"], f"{p['first_name']} {p['last_name']}",
-                p["birth_date"].isoformat(), p["birth_date"].strftime("%m/%d/%Y")}
-    return out
 
 
 def table_counts(db) -> dict[str, int]:
