@@ -2,18 +2,9 @@
 
 from __future__ import annotations
 
-from langchain_core.language_models.fake_chat_models import FakeListChatModel
 from langchain_core.tools import tool
 
-
-class RecordingModel(FakeListChatModel):
-    """FakeListChatModel that keeps every prompt it was sent."""
-
-    seen: list = []
-
-    def _call(self, messages, stop=None, run_manager=None, **kwargs):
-        self.seen.append(list(messages))
-        return super()._call(messages, stop=stop, run_manager=run_manager, **kwargs)
+from tests.conftest import RecordingChatModel as RecordingModel  # one scripted recording model for all tests
 
 
 def model(*responses: str) -> RecordingModel:
