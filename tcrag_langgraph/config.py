@@ -11,39 +11,14 @@ from typing import Any, Literal, Mapping, Optional
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-__all__ = ["TCRAGConfig", "CallerContext", "DEFAULT_SIGMA", "resolve_config", "caller_from_config", "CALLER_KEY"]
+# Identity is owned by the tools (EMR access control); the agent only carries it.
+from .tools.identity import CALLER_KEY, CallerContext, caller_from_config
 
-#: Key under ``config["configurable"]`` where the graph hands the caller identity to tools.
-CALLER_KEY = "tcrag_caller"
+__all__ = ["TCRAGConfig", "CallerContext", "DEFAULT_SIGMA", "resolve_config", "request_option_fields",
+           "caller_from_config", "CALLER_KEY"]
 
 #: Paper section 8.7.6: sigma = 10 for cppl and 20 for uct.
 DEFAULT_SIGMA: dict[str, float] = {"cppl": 10.0, "uct": 20.0}
-
-
-class CallerContext(BaseModel):
-    """Who is asking. Tools that hold patient data (EMR) only show what this caller may see.
-
-    ``allowed_patient_ids=None`` means no patient records at all, never "everything".
-    """
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    user_id: str = Field(min_length=1)
-    roles: tuple[str, ...] = ()
-    allowed_patient_ids: Optional[tuple[str, ...]] = None
-
-    def may_see(self, patient_id: str) -> bool:
-        return self.allowed_patient_ids is not None and str(patient_id) in self.allowed_patient_ids
-
-
-def caller_from_config(config: Mapping[str, Any] | None) -> Optional[CallerContext]:
-    """The caller a tool was invoked for, from its RunnableConfig (None if anonymous)."""
-    if not config:
-        return None
-    value = (config.get("configurable") or {}).get(CALLER_KEY)
-    if value is None or isinstance(value, CallerContext):
-        return value
-    return CallerContext.model_validate(value)
 
 
 class TCRAGConfig(BaseModel):
@@ -75,10 +50,13 @@ class TCRAGConfig(BaseModel):
     enable_backtrack: bool = True
     enable_summary: bool = True
     enable_state_monitor: bool = True
-    require_review: bool = Field(default=False, description="Pause for human approval before a Conclusion is accepted.")
+    require_review: bool = Field(default=False, description="Pause for human approval before a Conclusion is accepted.",
+                                 json_schema_extra={"per_request": False})
     language: Literal["en", "zh"] = "en"
     few_shot: bool = Field(default=True, description="Show worked examples of the action format before the stack.")
-    caller: Optional[CallerContext] = Field(default=None, description="Identity handed to tools (EMR access control).")
+    caller: Optional[CallerContext] = Field(
+        default=None, json_schema_extra={"per_request": False},
+        description="Identity handed to tools (EMR access control); only from trusted configuration.")
 
     @field_validator("sigma", mode="before")
     @classmethod
@@ -115,15 +93,23 @@ class TCRAGConfig(BaseModel):
 
     def merged(self, overrides: "TCRAGConfig | Mapping[str, Any] | None") -> "TCRAGConfig":
         """Return a copy with the explicitly set fields of ``overrides`` applied."""
-        if overrides is None:
-            return self
-        if isinstance(overrides, TCRAGConfig):
-            values = {name: getattr(overrides, name) for name in overrides.model_fields_set}
-        else:
-            values = {k: v for k, v in dict(overrides).items() if k in type(self).model_fields}
+        values = _explicit(overrides)
         if not values:
             return self
         return type(self).model_validate({**self.model_dump(), **values})
+
+
+def request_option_fields() -> tuple[str, ...]:
+    """The :class:`TCRAGConfig` fields a remote client may set per request (``tcrag serve``).
+
+    Generated from the fields themselves (``json_schema_extra={"per_request": False}`` opts a field
+    out), so a new option needs no second declaration. ``caller`` is an identity, never an option;
+    ``require_review`` needs a resume endpoint that LangServe does not have.
+    """
+    return tuple(
+        name for name, field in TCRAGConfig.model_fields.items()
+        if (field.json_schema_extra or {}).get("per_request", True)
+    )
 
 
 def resolve_config(
@@ -131,12 +117,33 @@ def resolve_config(
     *,
     configurable: Mapping[str, Any] | None = None,
     context: TCRAGConfig | Mapping[str, Any] | None = None,
+    trust_client_identity: bool = False,
 ) -> TCRAGConfig:
-    """Apply ``configurable`` then ``context`` overrides on top of ``base``."""
-    if configurable:
-        # Servers such as LangServe fill every configurable field with its class default; a value
-        # equal to the default there is treated as unset so it does not undo the build-time config.
-        defaults = {name: field.default for name, field in TCRAGConfig.model_fields.items()}
-        configurable = {k: v for k, v in configurable.items() if k in defaults and v != defaults[k]}
-    cfg = base.merged(configurable)
-    return cfg.merged(context)
+    """Apply ``configurable`` then ``context`` overrides on top of ``base``.
+
+    Only what was explicitly given overrides: for ``context`` the fields set on the
+    :class:`TCRAGConfig` (``model_fields_set``), for ``configurable`` the keys present (servers must
+    pass only what the client sent, as ``tcrag serve`` does), so a client asking for
+    ``metric="cppl"`` on a server built with ``uct`` gets ``cppl``.
+
+    ``caller`` is never taken from either layer: both are written by the client, and an identity
+    must come from trusted configuration or an authenticated server user
+    (:func:`tcrag_langgraph.auth.caller_for_run`). ``trust_client_identity=True`` is the explicit
+    opt-in for in-process callers who build the context themselves.
+    """
+    cfg = base
+    for layer in (configurable, context):
+        values = _explicit(layer)
+        if not trust_client_identity:
+            values.pop("caller", None)
+        cfg = cfg.merged(values)
+    return cfg
+
+
+def _explicit(overrides: "TCRAGConfig | Mapping[str, Any] | None") -> dict[str, Any]:
+    """The options ``overrides`` sets explicitly (fields set on a config, keys of a mapping)."""
+    if overrides is None:
+        return {}
+    if isinstance(overrides, TCRAGConfig):
+        return {name: getattr(overrides, name) for name in overrides.model_fields_set}
+    return {k: v for k, v in dict(overrides).items() if k in TCRAGConfig.model_fields}

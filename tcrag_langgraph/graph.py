@@ -40,7 +40,7 @@ from .config import CALLER_KEY, TCRAGConfig, resolve_config
 from .prompting import demonstrations, message_text, system_prompt, turn_text
 from .scoring import StateScorer
 from .state import Action, Frame, TCRAGState, ToolCallRecord, TraceEvent, pop, push, render_stack, replace_top
-from .tokens import count_tokens, trim_to_tokens
+from .tools.tokens import count_tokens, trim_to_tokens
 
 __all__ = ["build_graph", "question_problem", "EVENT_NAME", "NODE_NAMES", "HALT_REASONS"]
 

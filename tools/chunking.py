@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, Iterable, Iterator, Mapping
 
-from tcrag_langgraph.tokens import count_tokens, get_encoding
+from .tokens import count_tokens, get_encoding
 
 __all__ = [
     "DEFAULT_CHUNK_TOKENS",

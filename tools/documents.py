@@ -651,7 +651,7 @@ def format_hits(hits: Sequence[SearchHit], *, max_tokens: int = 512, min_tail_to
         [1] source: p1 | title: Lipids | section: RESULTS
         Statins lower LDL.
     """
-    from tcrag_langgraph.tokens import count_tokens, trim_to_tokens
+    from .tokens import count_tokens, trim_to_tokens
 
     blocks: list[str] = []
     used = 0

@@ -15,7 +15,7 @@
   selected into summaries, and every observation is scrubbed of them (the free-text notes carry them).
 
 Example:
-    >>> from tcrag_langgraph.config import CALLER_KEY, CallerContext
+    >>> from tcrag_langgraph.tools.identity import CALLER_KEY, CallerContext
     >>> tool = default_emr_tool(in_memory=True, n_patients=60)
     >>> print(tool.invoke("patients with E11.9")[:40])  # doctest: +SKIP
     Similar patients: 21 match (codes E11.9).
@@ -68,7 +68,7 @@ from sqlalchemy.engine import Engine, make_url
 from sqlalchemy.exc import DBAPIError, OperationalError, SQLAlchemyError
 from sqlalchemy.pool import StaticPool
 
-from tcrag_langgraph.config import caller_from_config
+from .identity import caller_from_config
 
 from .layer import LayeredTool, ToolFailure, make_tool
 

@@ -50,8 +50,8 @@ from tenacity import (
     wait_exponential,
 )
 
-from tcrag_langgraph.config import caller_from_config
-from tcrag_langgraph.tokens import trim_to_tokens
+from .identity import caller_from_config
+from .tokens import trim_to_tokens
 
 from .base import ToolError
 

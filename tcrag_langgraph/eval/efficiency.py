@@ -6,7 +6,7 @@ method's own bookkeeping:
 * **LLM interactions**: chat-model (or LLM) calls started, format re-prompts included. The state
   monitor's scoring passes are not interactions (they are forward passes, not generations).
 * **Retrievals**: tool calls started (``tool_errors`` counts the ones that failed).
-* **Tokens**: cl100k tokens (tiktoken, :func:`tcrag_langgraph.tokens.count_tokens`) of every prompt
+* **Tokens**: cl100k tokens (tiktoken, :func:`tcrag_langgraph.tools.tokens.count_tokens`) of every prompt
   message sent and every completion received. ``completion_tokens`` is what the model wrote;
   ``total_tokens`` adds the prompts, which for a stack machine grow with the stack.
 * **Backtracks / Summaries**: trace events that really popped a frame (``op == "pop"``) or replaced
@@ -30,7 +30,7 @@ from uuid import UUID
 from langchain_core.callbacks import BaseCallbackHandler
 
 from ..prompting import message_text
-from ..tokens import count_tokens
+from ..tools.tokens import count_tokens
 
 __all__ = ["UsageMeter", "QuestionCost", "count_stack_ops", "question_cost", "mean_costs", "COST_FIELDS"]
 

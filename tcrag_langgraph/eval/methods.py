@@ -48,7 +48,7 @@ from typing_extensions import TypedDict
 
 from ..config import TCRAGConfig
 from ..graph import build_graph
-from ..tokens import trim_to_tokens
+from ..tools.tokens import trim_to_tokens
 
 __all__ = ["MethodSpec", "METHODS", "METHOD_NAMES", "build_method", "build_methods", "tcrag_config_for"]
 

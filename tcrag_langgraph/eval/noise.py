@@ -39,7 +39,7 @@ from langchain_core.runnables import RunnableConfig
 from langchain_core.tools import BaseTool
 from pydantic import ConfigDict
 
-from ..tokens import count_tokens, trim_to_tokens
+from ..tools.tokens import count_tokens, trim_to_tokens
 from .datasets import QARecord
 
 __all__ = [

@@ -5,7 +5,7 @@ from __future__ import annotations
 from langchain_core.tools import tool
 
 from tcrag_langgraph.eval.efficiency import UsageMeter, count_stack_ops, mean_costs, question_cost
-from tcrag_langgraph.tokens import count_tokens
+from tcrag_langgraph.tools.tokens import count_tokens
 from tcrag_langgraph.tools.base import ToolError
 
 from .helpers import model

@@ -7,7 +7,7 @@ import doctest
 import pytest
 
 import tcrag_langgraph.tools.chunking as chunking
-from tcrag_langgraph.tokens import count_tokens
+from tcrag_langgraph.tools.tokens import count_tokens
 from tcrag_langgraph.tools.chunking import (
     Chunk,
     Document,

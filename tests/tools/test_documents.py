@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 import tcrag_langgraph.tools.documents as documents
-from tcrag_langgraph.tokens import count_tokens
+from tcrag_langgraph.tools.tokens import count_tokens
 from tcrag_langgraph.tools.base import ToolError
 from tcrag_langgraph.tools.chunking import Chunk, Document, Section
 from tcrag_langgraph.tools.documents import (

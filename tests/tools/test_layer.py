@@ -12,7 +12,7 @@ from langchain_core.messages import ToolMessage
 from pydantic import BaseModel, Field, ValidationError
 
 from tcrag_langgraph.config import CALLER_KEY, CallerContext, caller_from_config
-from tcrag_langgraph.tokens import count_tokens
+from tcrag_langgraph.tools.tokens import count_tokens
 from tcrag_langgraph.tools.base import ToolError
 from tcrag_langgraph.tools.layer import InputRepairError, ToolFailure, make_tool, repair_input
 
