@@ -1,41 +1,15 @@
-"""Shared fixtures: a scripted chat model and a scripted state scorer for deterministic runs."""
+"""Shared fixtures: a scripted chat model and a scripted state scorer (from tcrag_langgraph.testing)."""
 
 from __future__ import annotations
 
 import os
-from typing import Iterable
-
 import pytest
-from langchain_core.language_models.fake_chat_models import FakeListChatModel
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-
-class ScriptedScorer:
-    """Returns the value scripted for a text (else ``default``) and records every call."""
-
-    def __init__(self, values: dict[str, float] | None = None, default: float = 50.0) -> None:
-        self.values = dict(values or {})
-        self.default = default
-        self.calls: list[tuple[str, str, str]] = []
-
-    def score(self, query: str, text: str, *, metric: str) -> float:
-        self.calls.append((query, text, metric))
-        return self.values.get(text, self.default)
-
-
-class RecordingChatModel(FakeListChatModel):
-    """A scripted chat model that also keeps the prompts it was sent."""
-
-    seen: list = []
-
-    def _call(self, messages, stop=None, run_manager=None, **kwargs):
-        self.seen.append(list(messages))
-        return super()._call(messages, stop=stop, run_manager=run_manager, **kwargs)
-
-
-def scripted(responses: Iterable[str]) -> RecordingChatModel:
-    return RecordingChatModel(responses=list(responses), seen=[])
+# The test doubles live in the package (one home, documented); the tests import them from here.
+from tcrag_langgraph.testing import RecordingChatModel, ScriptedScorer  # noqa: E402,F401
+from tcrag_langgraph.testing import recording_model as scripted  # noqa: E402,F401
 
 
 @pytest.fixture(scope="module")

@@ -4,27 +4,19 @@ from __future__ import annotations
 
 from langchain_core.tools import tool
 
-from tests.conftest import RecordingChatModel as RecordingModel  # one scripted recording model for all tests
+from tcrag_langgraph.testing import RecordingChatModel as RecordingModel  # one home for the test doubles
+from tcrag_langgraph.testing import ScriptedScorer, recording_model
 
 
 def model(*responses: str) -> RecordingModel:
-    return RecordingModel(responses=list(responses), seen=[])
+    return recording_model(responses)
 
 
-class TextScorer:
+class TextScorer(ScriptedScorer):
     """State value by substring: the first key found in the scored text wins, else ``default``."""
 
     def __init__(self, values: dict[str, float] | None = None, default: float = 50.0) -> None:
-        self.values = dict(values or {})
-        self.default = default
-        self.calls: list[tuple[str, str, str]] = []
-
-    def score(self, query: str, text: str, *, metric: str) -> float:
-        self.calls.append((query, text, metric))
-        for key, value in self.values.items():
-            if key in text:
-                return value
-        return self.default
+        super().__init__(values, default=default, match="substring")
 
 
 def make_doc_tool(prefix: str = "passage about"):

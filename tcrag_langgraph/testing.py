@@ -1,0 +1,300 @@
+"""Test doubles: a scripted chat model, a scripted state scorer and scripted tools.
+
+None of these is a language model or a state monitor. They replay what a test or a demo script
+wrote, so the graph, the servers and the notebooks can be exercised offline, fast and
+deterministically. Used by the test suite, the notebooks' quick mode, ``tcrag serve --scripted``
+and ``$TCRAG_STUDIO_SCRIPTED`` (``langgraph dev``). Importing this module does not build or load
+the real agent or its model.
+
+* :class:`ScriptedChatModel`: replies chosen from a script by what the prompt's stack shows
+  (``mode="stack"``, safe under concurrency and across processes) or in call order
+  (``mode="sequence"``).
+* :class:`RecordingChatModel` / :func:`recording_model`: replies in call order and records every
+  prompt (unit tests that assert on what the model was shown).
+* :class:`ScriptedScorer`: the state value per scored text (exact or substring match).
+* :func:`scripted_tool`, :func:`scripted_components`, :func:`scripted_graph`: a whole graph from a
+  script.
+
+Script format (every key but ``replies`` optional)::
+
+    {
+      "replies": ["Thought: look up {question}",
+                  "Tool_Use: DOC_RAG\\nTool_Input: {question}",
+                  {"reply": "Conclusion: answer to {question}", "sleep_s": 0.5}],
+      "mode": "stack",                      # or "sequence"
+      "scores": {"answer to {question}": 2.0},
+      "default_score": 50.0,
+      "tools": {"DOC_RAG": "Scripted passage about {input}."},
+      "config": {"max_steps": 8},           # TCRAGConfig fields (the graph's base config)
+      "calls_log": "/tmp/calls.jsonl"       # one JSON line per model call (pid, index, question)
+    }
+
+``{question}`` in replies, markers and score keys is replaced by the run's question; ``{input}`` in a
+tool template by the tool input.
+
+Example:
+    >>> g = scripted_graph({"replies": ["Conclusion: yes to {question}"], "default_score": 1.0})
+    >>> out = g.invoke({"question": "Is water wet?"})
+    >>> out["answer"], out["halt_reason"]
+    ('yes to Is water wet?', 'validated')
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import threading
+import time
+from pathlib import Path
+from typing import Any, Iterable, Literal, Mapping, Optional, Union
+
+from langchain_core.language_models import BaseChatModel
+from langchain_core.language_models.fake_chat_models import FakeListChatModel
+from langchain_core.messages import AIMessage, BaseMessage, HumanMessage
+from langchain_core.outputs import ChatGeneration, ChatResult
+from langchain_core.tools import BaseTool, StructuredTool
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr
+
+from .config import TCRAGConfig
+
+__all__ = [
+    "SCRIPT_ENV",
+    "ScriptedReply",
+    "Script",
+    "ScriptedChatModel",
+    "ScriptedScorer",
+    "RecordingChatModel",
+    "recording_model",
+    "ScriptExhausted",
+    "load_script",
+    "scripted_tool",
+    "scripted_components",
+    "scripted_graph",
+]
+
+#: Environment variable naming a JSON script: selects the scripted model (testing / demo hook).
+SCRIPT_ENV = "TCRAG_STUDIO_SCRIPTED"
+
+_QUESTION_LINE = re.compile(r"^User_Query: ?(.*)$", re.MULTILINE)
+
+
+class ScriptExhausted(RuntimeError):
+    """Every scripted reply has been used; the graph ends the run with ``halt_reason='model_error'``."""
+
+
+class ScriptedReply(BaseModel):
+    """One scripted model reply. ``marker`` (default: the reply's text after its ``Label:``) is what
+    shows on the stack once the reply was applied; ``stack`` mode uses it to find its place."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    reply: str
+    marker: Optional[str] = None
+    sleep_s: float = Field(default=0.0, ge=0.0, description="Sleep before answering (to interrupt a run mid-way).")
+
+    def marker_for(self, question: str) -> str:
+        if self.marker is not None:
+            return self.marker.replace("{question}", question)
+        text = self.reply.replace("{question}", question)
+        head, sep, rest = text.partition(":")
+        return rest.strip() if sep else text.strip()
+
+
+class Script(BaseModel):
+    """A parsed script file (see the module docstring)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    replies: list[ScriptedReply] = Field(min_length=1)
+    mode: Literal["stack", "sequence"] = "stack"
+    scores: dict[str, float] = Field(default_factory=dict)
+    default_score: float = 50.0
+    tools: dict[str, str] = Field(default_factory=dict)
+    config: dict[str, Any] = Field(default_factory=dict)
+    calls_log: Optional[str] = None
+
+
+def load_script(source: Union[str, os.PathLike[str], Mapping[str, Any], Script]) -> Script:
+    """A :class:`Script` from a JSON file path, a dict or a Script.
+
+    Example:
+        >>> load_script({"replies": ["Conclusion: x"]}).mode
+        'stack'
+    """
+    if isinstance(source, Script):
+        return source
+    if isinstance(source, Mapping):
+        data = dict(source)
+    else:
+        data = json.loads(Path(source).read_text(encoding="utf-8"))
+    replies = [r if isinstance(r, Mapping) else {"reply": r} for r in data.get("replies", [])]
+    return Script.model_validate({**data, "replies": replies})
+
+
+class ScriptedChatModel(BaseChatModel):
+    """A deterministic, thread-safe, process-independent stand-in for a chat model.
+
+    ``mode="stack"`` (default): the reply is the first scripted reply whose marker is not yet on
+    the stack shown in the prompt, so the choice depends only on the prompt. Concurrent runs and a
+    run resumed in another process therefore get the right reply. It cannot script a ``Backtrack``
+    (which leaves no marker); use ``mode="sequence"`` (replies in call order, one counter per
+    model instance) for that.
+
+    Example:
+        >>> m = ScriptedChatModel(replies=[ScriptedReply(reply="Conclusion: {question}!")])
+        >>> m.invoke([HumanMessage(content="Begin!\\nUser_Query: hi\\n\\nWrite your next action.")]).content
+        'Conclusion: hi!'
+    """
+
+    replies: list[ScriptedReply]
+    mode: Literal["stack", "sequence"] = "stack"
+    calls_log: Optional[str] = None
+    _lock: threading.Lock = PrivateAttr(default_factory=threading.Lock)
+    _next: int = PrivateAttr(default=0)
+    _calls: list[dict[str, Any]] = PrivateAttr(default_factory=list)
+
+    @property
+    def _llm_type(self) -> str:
+        return "tcrag-scripted"
+
+    @property
+    def calls(self) -> list[dict[str, Any]]:
+        """Every call so far in this process: ``{"index", "question"}`` (a copy)."""
+        with self._lock:
+            return list(self._calls)
+
+    def _generate(self, messages: list[BaseMessage], stop: Optional[list[str]] = None, run_manager: Any = None,
+                  **kwargs: Any) -> ChatResult:
+        shown = _stack_text(messages)
+        found = _QUESTION_LINE.search(shown)
+        question = found.group(1).strip() if found else ""
+        with self._lock:
+            if self.mode == "sequence":
+                index = self._next
+                self._next += 1
+            else:
+                index = next((i for i, r in enumerate(self.replies) if r.marker_for(question) not in shown),
+                             len(self.replies))
+            if index >= len(self.replies):
+                raise ScriptExhausted(f"all {len(self.replies)} scripted replies used (question {question!r})")
+            self._calls.append({"index": index, "question": question})
+            if self.calls_log:
+                with open(self.calls_log, "a", encoding="utf-8") as fh:
+                    fh.write(json.dumps({"pid": os.getpid(), "index": index, "question": question}) + "\n")
+                    fh.flush()
+                    os.fsync(fh.fileno())
+        chosen = self.replies[index]
+        if chosen.sleep_s:
+            time.sleep(chosen.sleep_s)
+        text = chosen.reply.replace("{question}", question)
+        return ChatResult(generations=[ChatGeneration(message=AIMessage(content=text))])
+
+
+class ScriptedScorer:
+    """State-monitor stand-in: the value scripted for a scored text, else ``default``. Thread-safe;
+    every call is recorded in :attr:`calls` as ``(query, text, metric)``.
+
+    ``match="exact"`` (default): a key equals the text (``{question}`` in a key is replaced by the
+    run's question first). ``match="substring"``: the first key (in insertion order) contained in the
+    text wins.
+
+    Example:
+        >>> ScriptedScorer({"yes to {question}": 2.0}).score("q?", "yes to q?", metric="cppl")
+        2.0
+        >>> ScriptedScorer({"yes": 1.0}, default=9.0, match="substring").score("q", "well, yes", metric="cppl")
+        1.0
+    """
+
+    def __init__(self, values: Optional[Mapping[str, float]] = None, *, default: float = 50.0,
+                 match: Literal["exact", "substring"] = "exact") -> None:
+        if match not in ("exact", "substring"):
+            raise ValueError(f"match must be 'exact' or 'substring', got {match!r}")
+        self.values = {str(k): float(v) for k, v in (values or {}).items()}
+        self.default = float(default)
+        self.match = match
+        self._lock = threading.Lock()
+        self.calls: list[tuple[str, str, str]] = []
+
+    def score(self, query: str, text: str, *, metric: str) -> float:
+        with self._lock:
+            self.calls.append((query, text, metric))
+        for key, value in self.values.items():
+            key = key.replace("{question}", query)
+            if (key == text) if self.match == "exact" else (key in text):
+                return value
+        return self.default
+
+
+class RecordingChatModel(FakeListChatModel):
+    """LangChain's ``FakeListChatModel`` (replies in call order, cycling) that also keeps every
+    prompt it was sent in :attr:`seen` (one list of messages per call).
+
+    Example:
+        >>> m = recording_model(["Conclusion: yes"])
+        >>> m.invoke("hi").content, len(m.seen)
+        ('Conclusion: yes', 1)
+    """
+
+    seen: list = []
+
+    def _call(self, messages, stop=None, run_manager=None, **kwargs):
+        self.seen.append(list(messages))
+        return super()._call(messages, stop=stop, run_manager=run_manager, **kwargs)
+
+
+def recording_model(responses: Iterable[str]) -> RecordingChatModel:
+    """A :class:`RecordingChatModel` replying ``responses`` in order, with an empty record."""
+    return RecordingChatModel(responses=list(responses), seen=[])
+
+
+def _stack_text(messages: list[BaseMessage]) -> str:
+    """The user turn showing the stack (the last human message holding a ``User_Query:`` line)."""
+    for message in reversed(messages):
+        if isinstance(message, HumanMessage) and isinstance(message.content, str) and _QUESTION_LINE.search(
+                message.content) and message.content.startswith("Begin!"):
+            return message.content
+    for message in reversed(messages):
+        if isinstance(message, HumanMessage):
+            return message.content if isinstance(message.content, str) else str(message.content)
+    return ""
+
+
+def scripted_tool(name: str, template: str) -> BaseTool:
+    """A LangChain tool named ``name`` returning ``template`` with ``{input}`` replaced by its input."""
+
+    def run(query: str) -> str:
+        return template.replace("{input}", query)
+
+    return StructuredTool.from_function(run, name=name, description=f"Scripted tool {name} (returns a fixed text).")
+
+
+def scripted_components(source: Union[str, os.PathLike[str], Mapping[str, Any], Script]) -> dict[str, Any]:
+    """``build_graph`` keyword arguments (model, scorer, tools, config) for a script.
+
+    Example:
+        >>> kw = scripted_components({"replies": ["Conclusion: x"], "tools": {"T": "t"}})
+        >>> sorted(kw), [t.name for t in kw["tools"]]
+        (['config', 'model', 'scorer', 'tools'], ['T'])
+    """
+    script = load_script(source)
+    return {
+        "model": ScriptedChatModel(replies=script.replies, mode=script.mode, calls_log=script.calls_log),
+        "scorer": ScriptedScorer(script.scores, default=script.default_score),
+        "tools": [scripted_tool(n, t) for n, t in script.tools.items()],
+        "config": TCRAGConfig.model_validate(script.config),
+    }
+
+
+def scripted_graph(source: Union[str, os.PathLike[str], Mapping[str, Any], Script], *, checkpointer: Any = None,
+                   name: str = "tcrag", tools: Optional[Iterable[BaseTool]] = None, **build_options: Any):
+    """The TC-RAG graph over the scripted model, scorer and tools of ``source``.
+
+    ``tools`` (real LangChain tools, e.g. EMR_SEARCH) are given to the agent besides the script's
+    own; other keyword arguments go to :func:`~tcrag_langgraph.graph.build_graph`.
+    """
+    from .graph import build_graph
+
+    components = scripted_components(source)
+    components["tools"] = [*components["tools"], *(tools or [])]
+    return build_graph(**components, checkpointer=checkpointer, name=name, **build_options)
