@@ -30,6 +30,7 @@ from uuid import UUID
 from langchain_core.callbacks import BaseCallbackHandler
 
 from ..prompting import message_text
+from ..tools.layer import is_tool_error
 from ..tools.tokens import count_tokens
 
 __all__ = ["UsageMeter", "QuestionCost", "count_stack_ops", "question_cost", "mean_costs", "COST_FIELDS"]
@@ -103,7 +104,7 @@ class UsageMeter(BaseCallbackHandler):
 
     def on_tool_end(self, output: Any, *, run_id: UUID, **kwargs: Any) -> None:
         # Tools of this project return a ToolError value instead of raising.
-        if type(output).__name__ == "ToolError" or (isinstance(output, str) and output.startswith("[") and " error: " in output[:80]):
+        if is_tool_error(output):
             with self._lock:
                 self.tool_errors += 1
 

@@ -48,6 +48,7 @@ from typing_extensions import TypedDict
 
 from ..config import TCRAGConfig
 from ..graph import build_graph
+from ..tools.layer import is_tool_error
 from ..tools.tokens import trim_to_tokens
 
 __all__ = ["MethodSpec", "METHODS", "METHOD_NAMES", "build_method", "build_methods", "tcrag_config_for"]
@@ -188,7 +189,7 @@ def _direct_graph(name: str, model: BaseChatModel, tools: Sequence[BaseTool], cf
             except Exception as exc:  # a raising tool contributes no evidence
                 knowledge.append({"tool": tool.name, "error": f"{type(exc).__name__}: {exc}"})
                 continue
-            if type(result).__name__ == "ToolError":
+            if is_tool_error(result):
                 knowledge.append({"tool": tool.name, "error": str(result)})
                 continue
             text = result if isinstance(result, str) else str(getattr(result, "content", result))

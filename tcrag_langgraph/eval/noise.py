@@ -39,6 +39,7 @@ from langchain_core.runnables import RunnableConfig
 from langchain_core.tools import BaseTool
 from pydantic import ConfigDict
 
+from ..tools.layer import is_tool_error
 from ..tools.tokens import count_tokens, trim_to_tokens
 from .datasets import QARecord
 
@@ -198,7 +199,7 @@ class PoisonController:
             self.poisoned = True
             noise = self.bank.noise_for(self._record, self.kind, seed=self.seed)
             self.noise = noise
-            failed = type(result).__name__ == "ToolError"
+            failed = is_tool_error(result)
             self.first_call_failed = failed
         if self.mode == "structural" or failed:
             return trim_to_tokens(noise, self.max_tokens)

@@ -13,7 +13,7 @@ from urllib.parse import parse_qs, urlsplit
 
 import pytest
 
-from tcrag_langgraph.config import CALLER_KEY, CallerContext
+from tcrag_langgraph.tools.identity import CALLER_KEY, CallerContext
 
 
 @dataclass

@@ -11,7 +11,7 @@ import pytest
 from langchain_core.messages import ToolMessage
 from pydantic import BaseModel, Field, ValidationError
 
-from tcrag_langgraph.config import CALLER_KEY, CallerContext, caller_from_config
+from tcrag_langgraph.tools.identity import CALLER_KEY, CallerContext, caller_from_config
 from tcrag_langgraph.tools.tokens import count_tokens
 from tcrag_langgraph.tools.base import ToolError
 from tcrag_langgraph.tools.layer import InputRepairError, ToolFailure, make_tool, repair_input

@@ -1,0 +1,75 @@
+"""What the layer is told per tool (:class:`ToolOptions`) and how a backend names its failure (:class:`ToolFailure`)."""
+
+from __future__ import annotations
+
+from typing import Any, Optional
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+__all__ = ["ToolFailure", "ToolOptions"]
+
+
+class ToolFailure(Exception):
+    """Raised by a backend to choose the :class:`~tcrag_langgraph.tools.base.ToolError` kind it turns into.
+
+    ``retryable=True`` also makes the layer retry it (like a ``transient`` exception type).
+
+    Example:
+        >>> raise ToolFailure("unavailable", "search server answered 503", retryable=True)  # doctest: +IGNORE_EXCEPTION_DETAIL
+        Traceback (most recent call last):
+        ...
+        tcrag_langgraph.tools.layer.options.ToolFailure: search server answered 503
+    """
+
+    def __init__(self, kind: str, message: str, *, retryable: bool = False) -> None:
+        super().__init__(message)
+        self.kind = kind
+        self.message = message
+        self.retryable = retryable
+
+
+class ToolOptions(BaseModel):
+    """Validated options of :func:`~tcrag_langgraph.tools.layer.make_tool` (all keyword-only there).
+
+    Tool factories build one ``ToolOptions`` and pass it as ``make_tool(..., options=...)``;
+    :func:`~tcrag_langgraph.tools.layer.invoke_tool` may override ``timeout_s`` and
+    ``max_output_tokens`` for one call.
+
+    Example:
+        >>> ToolOptions(timeout_s=5, retries=1).retries
+        1
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True, arbitrary_types_allowed=True)
+
+    timeout_s: float = Field(default=30.0, gt=0, le=3600, description="Wall-clock limit of one tool call, retries included.")
+    retries: int = Field(default=2, ge=0, le=10, description="Extra attempts after a transient failure.")
+    backoff: float = Field(default=0.5, ge=0, le=60, description="First backoff wait in seconds; doubles per retry.")
+    max_backoff: float = Field(default=8.0, ge=0, le=300)
+    max_output_tokens: int = Field(
+        default=512, ge=1, le=100_000, description="Token budget of an observation and of an error message."
+    )
+    cache_size: int = Field(default=0, ge=0, le=100_000, description="LRU entries of successful results; 0 = no cache.")
+    transient: tuple[type[BaseException], ...] = Field(default=(ConnectionError,), description="Exception types worth a retry.")
+    primary_field: Optional[str] = Field(default=None, description="Field that receives plain text input.")
+    secrets: tuple[str, ...] = Field(
+        default=(), repr=False, description="Strings scrubbed (in every encoding) from observations, errors and logs."
+    )
+
+    @field_validator("transient", mode="before")
+    @classmethod
+    def _exception_types(cls, value: Any) -> Any:
+        if isinstance(value, type):
+            value = (value,)
+        value = tuple(value)
+        for item in value:
+            if not (isinstance(item, type) and issubclass(item, BaseException)):
+                raise ValueError(f"transient must hold exception types, got {item!r}")
+        return value
+
+    @field_validator("secrets", mode="before")
+    @classmethod
+    def _drop_empty_secrets(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            value = (value,)
+        return tuple(s for s in (value or ()) if s)
