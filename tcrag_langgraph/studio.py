@@ -1,7 +1,9 @@
 """The TC-RAG graph for LangGraph Studio / ``langgraph dev`` (see ``langgraph.json``).
 
-``langgraph.json`` points at :data:`graph`, built on first access (not at import, so importing this
-module, or the test doubles re-exported here, never builds the real agent). It is compiled
+``langgraph.json`` points at :func:`studio_graph`, a graph factory (the Agent Server calls it per
+request) returning one graph built on the first call; ``studio.graph`` is the same graph for Python
+users. Nothing is built at import, so importing this module, or the test doubles re-exported
+here, never builds the real agent. It is compiled
 **without** a checkpointer (the LangGraph API server refuses one and brings its own). By default
 it is the real agent: the packaged SmolLM2-135M-Instruct as generator and state monitor (loaded
 lazily on the first run) with the default tools, EMR_SEARCH included.
@@ -18,12 +20,13 @@ added to the scripted ones, so a scripted "model" can drive the real EMR_SEARCH.
 
 from __future__ import annotations
 
+import asyncio
 import os
 import threading
 from typing import Any, Optional
 
 # Re-exported for code written against the old home of the test doubles (now tcrag_langgraph.testing).
-from .testing import (  # noqa: F401
+from tcrag_langgraph.testing import (  # noqa: F401
     SCRIPT_ENV,
     Script,
     ScriptedChatModel,
@@ -35,7 +38,7 @@ from .testing import (  # noqa: F401
     scripted_graph,
 )
 
-__all__ = ["make_graph", "graph", "SCRIPT_ENV"]
+__all__ = ["make_graph", "studio_graph", "graph", "SCRIPT_ENV"]
 
 _built: dict[str, Any] = {}
 _build_lock = threading.Lock()
@@ -53,21 +56,36 @@ def make_graph(*, script: Optional[str] = None, tools: bool = True):
         real_tools = bool(data.pop("real_tools", False))
         extra = []
         if real_tools:
-            from .tools import default_tools
+            from tcrag_langgraph.tools import default_tools
 
             extra = list(default_tools())
         return scripted_graph(data, tools=extra)
-    from .graph import build_graph
-    from .tools import default_tools
+    from tcrag_langgraph.graph import build_graph
+    from tcrag_langgraph.tools import default_tools
 
     return build_graph(tools=default_tools() if tools else [], name="tcrag")
 
 
-def __getattr__(name: str) -> Any:
-    """``graph`` (the graph exported to ``langgraph.json``) is built once, on first access."""
-    if name != "graph":
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+def _the_graph():
+    """:func:`make_graph`'s graph, built on the first call (thread-safe), the same object afterwards."""
     with _build_lock:
         if "graph" not in _built:
             _built["graph"] = make_graph()
         return _built["graph"]
+
+
+async def studio_graph():
+    """The graph factory ``langgraph.json`` exports (``./tcrag_langgraph/studio.py:studio_graph``).
+
+    Asynchronous because the Agent Server calls it on its event loop: the first call builds the
+    graph in a worker thread (opening the EMR database is blocking I/O), later calls return it."""
+    if "graph" in _built:
+        return _built["graph"]
+    return await asyncio.to_thread(_the_graph)
+
+
+def __getattr__(name: str) -> Any:
+    """``studio.graph``: the served graph, built on first access."""
+    if name != "graph":
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return _the_graph()

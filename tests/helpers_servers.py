@@ -15,7 +15,8 @@ from typing import Iterator, Optional, Sequence
 
 import httpx
 
-__all__ = ["free_port", "wait_http", "server_process", "uvicorn_thread", "script_file", "ServerFailed"]
+__all__ = ["free_port", "wait_http", "server_process", "uvicorn_thread", "script_file", "users_file", "langgraph_dev",
+           "ServerFailed"]
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -108,3 +109,33 @@ def script_file(path: Path, script: dict) -> Path:
 
 def python_cmd(*args: str) -> list[str]:
     return [sys.executable, *args]
+
+
+def users_file(path: Path, users: dict[str, dict]) -> Path:
+    """Write a users file (see ``tcrag_langgraph.auth``): ``{token: {"identity": ..., ...}}`` in,
+    hashed tokens out. Returns its path."""
+    import json
+
+    from tcrag_langgraph.auth import hash_token
+
+    records = [{**record, "token_sha256": hash_token(token)} for token, record in users.items()]
+    path.write_text(json.dumps({"users": records}), encoding="utf-8")
+    return path
+
+
+@contextlib.contextmanager
+def langgraph_dev(tmp: Path, *, script: Path, users: Path, timeout: float = 180) -> Iterator[str]:
+    """A real ``langgraph dev`` (the repository's langgraph.json, custom auth included) on
+    127.0.0.1 serving the scripted graph; yields the base URL."""
+    import shutil
+
+    exe = shutil.which("langgraph", path=str(Path(sys.executable).parent)) or shutil.which("langgraph")
+    if exe is None:
+        raise ServerFailed("langgraph CLI (langgraph-cli[inmem]) is not installed")
+    port = free_port()
+    cmd = [exe, "dev", "--host", "127.0.0.1", "--port", str(port), "--no-browser", "--no-reload"]
+    env = {"TCRAG_STUDIO_SCRIPTED": str(script), "TCRAG_AUTH_USERS": str(users), "LANGGRAPH_NO_ANALYTICS": "1",
+           "LANGSMITH_TRACING": "false"}
+    with server_process(cmd, ready_url=f"http://127.0.0.1:{port}/ok", log=tmp / "dev.log", env=env,
+                        timeout=timeout, cwd=REPO):
+        yield f"http://127.0.0.1:{port}"

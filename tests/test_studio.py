@@ -2,15 +2,11 @@
 
 from __future__ import annotations
 
-import json
-import os
-import shutil
-import sys
-from pathlib import Path
-
 import pytest
 
-from .helpers_servers import REPO, free_port, script_file, server_process
+from .helpers_servers import REPO, langgraph_dev, script_file, users_file
+
+TOKEN = "studio-test-token-5d1e"
 
 SCRIPT = {
     "replies": ["Thought: about {question}", "Tool_Use: DOC_RAG\nTool_Input: {question}",
@@ -25,9 +21,21 @@ def test_langgraph_json_exports_the_studio_graph_with_a_description():
 
     config = validate_config_file(REPO / "langgraph.json")
     spec = config["graphs"]["tcrag"]
-    assert spec["path"] == "./tcrag_langgraph/studio.py:graph"
+    assert spec["path"] == "./tcrag_langgraph/studio.py:studio_graph"
     assert "stack" in spec["description"] and "sigma" in spec["description"]
     assert "TCRAG_STUDIO_SCRIPTED" in spec["description"]  # the demo hook is disclosed where Studio shows it
+    assert config["auth"]["path"] == "./tcrag_langgraph/auth.py:auth"  # identity from our authenticator only
+    assert config["auth"]["disable_studio_auth"] is True  # no unauthenticated "Studio user" bypass
+
+
+def test_importing_studio_or_the_doubles_builds_no_graph():
+    import subprocess
+    import sys
+
+    code = ("import sys, tcrag_langgraph.studio as s, tcrag_langgraph.testing; "
+            "print(bool(s._built), 'tcrag_langgraph.graph' in sys.modules, 'torch' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=REPO)
+    assert out.stdout.split() == ["False", "False", "False"]
 
 
 def test_default_studio_graph_is_the_real_agent_without_checkpointer(monkeypatch):
@@ -42,24 +50,17 @@ def test_default_studio_graph_is_the_real_agent_without_checkpointer(monkeypatch
 
 @pytest.fixture(scope="module")
 def dev_server(tmp_path_factory):
-    exe = shutil.which("langgraph", path=str(Path(sys.executable).parent)) or shutil.which("langgraph")
-    if exe is None:
-        pytest.fail("langgraph CLI (langgraph-cli[inmem]) is not installed")
     tmp = tmp_path_factory.mktemp("studio")
-    port = free_port()
-    script = script_file(tmp / "script.json", SCRIPT)
-    cmd = [exe, "dev", "--host", "127.0.0.1", "--port", str(port), "--no-browser", "--no-reload"]
-    env = {"TCRAG_STUDIO_SCRIPTED": str(script), "LANGGRAPH_NO_ANALYTICS": "1", "LANGSMITH_TRACING": "false"}
-    with server_process(cmd, ready_url=f"http://127.0.0.1:{port}/ok", log=tmp / "dev.log", env=env,
-                        timeout=180, cwd=REPO):
-        yield f"http://127.0.0.1:{port}"
+    users = users_file(tmp / "users.json", {TOKEN: {"identity": "studio-tester"}})
+    with langgraph_dev(tmp, script=script_file(tmp / "script.json", SCRIPT), users=users) as base:
+        yield base
 
 
 @pytest.fixture(scope="module")
 def client(dev_server):
     from langgraph_sdk import get_sync_client
 
-    return get_sync_client(url=dev_server)
+    return get_sync_client(url=dev_server, api_key=None, headers={"Authorization": f"Bearer {TOKEN}"})
 
 
 @pytest.mark.slow

@@ -1,0 +1,295 @@
+"""Who a run acts for: identity from trusted configuration or an authenticated server user only.
+
+Patient data (EMR_SEARCH) is shown only to the caller a run acts for. That caller comes from, in
+this order:
+
+1. **The authenticated server user**, ``config["configurable"]["langgraph_auth_user"]``: LangGraph's
+   Agent Server (``langgraph dev``) writes the user returned by our ``@auth.authenticate`` handler
+   (:data:`auth`, named in ``langgraph.json`` "auth") there on every run, over anything the client
+   sent; ``tcrag serve`` writes its authenticated principal under the same key.
+2. **A client-chosen caller**, only if the graph was built with ``trust_client_identity=True``
+   (in-process code that builds the run's context itself; never a server).
+3. **The build-time caller** (``TCRAGConfig.caller`` given to ``build_graph``).
+
+``context`` and ``configurable`` are written by the client and are never an identity by
+themselves: the server user must be an object with an ``identity`` attribute (LangGraph's
+``BaseUser`` protocol); a plain mapping under ``langgraph_auth_user`` (all that JSON can carry) is
+refused, and the run then acts for nobody (default deny).
+
+Mapping of a server user to a :class:`~tcrag_langgraph.config.CallerContext`:
+
+* ``identity`` -> ``user_id``;
+* each permission ``"patient:<ID>"`` -> ``<ID>`` in ``allowed_patient_ids`` (none -> ``None``, which
+  means no patient records, never "all");
+* each permission ``"role:<NAME>"`` -> ``<NAME>`` in ``roles``; other permissions are ignored.
+
+The trusted records come from a **users file** named by ``$TCRAG_AUTH_USERS`` (or
+``tcrag serve --users-file``), JSON of the form::
+
+    {"users": [{"identity": "dr-lee", "token_sha256": "<64 hex digits>",
+                "roles": ["clinician"], "allowed_patient_ids": ["P00002"]}]}
+
+Only the SHA-256 of each token is stored (:func:`hash_token`); a presented token (``Authorization:
+Bearer <token>`` or ``X-API-Key: <token>``) is hashed and compared with every record using
+:func:`hmac.compare_digest`. Without a users file every request is refused (fail closed).
+
+Example:
+    >>> from tcrag_langgraph.config import CallerContext
+    >>> class User:  # what the server puts in the run config
+    ...     identity = "dr-lee"
+    ...     permissions = ["role:clinician", "patient:P00002"]
+    >>> caller_for_run({"configurable": {"langgraph_auth_user": User()}}, base=None)
+    CallerContext(user_id='dr-lee', roles=('clinician',), allowed_patient_ids=('P00002',))
+    >>> forged = {"configurable": {"langgraph_auth_user": {"identity": "x", "permissions": ["patient:P00002"]}}}
+    >>> caller_for_run(forged, base=CallerContext(user_id="svc")) is None
+    True
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import logging
+import os
+import re
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Mapping, Optional, Sequence
+
+from langchain_core.runnables import RunnableConfig
+from langgraph_sdk import Auth
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from tcrag_langgraph.config import CallerContext
+
+__all__ = [
+    "AUTH_USER_KEY",
+    "USERS_FILE_ENV",
+    "UserRecord",
+    "UserDirectory",
+    "AuthenticatedUser",
+    "hash_token",
+    "token_from_headers",
+    "caller_for_run",
+    "caller_from_auth_user",
+    "auth",
+]
+
+log = logging.getLogger(__name__)
+
+#: Where LangGraph's Agent Server (and ``tcrag serve``) put the authenticated user in a run config.
+AUTH_USER_KEY = "langgraph_auth_user"
+#: Environment variable naming the trusted users file.
+USERS_FILE_ENV = "TCRAG_AUTH_USERS"
+
+_PATIENT = "patient:"
+_ROLE = "role:"
+_HEX64 = re.compile(r"^[0-9a-f]{64}$")
+
+
+def hash_token(token: str) -> str:
+    """The SHA-256 hex digest stored in a users file for ``token``.
+
+    Example:
+        >>> hash_token("s3cret")[:16]
+        '1ec1c26b50d5d3c5'
+    """
+    if not isinstance(token, str) or not token:
+        raise ValueError("token must be a non-empty string")
+    return hashlib.sha256(token.encode("utf-8")).hexdigest()
+
+
+class UserRecord(BaseModel):
+    """One trusted user: who they are, the hash of their token, what they may see."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    identity: str = Field(min_length=1, max_length=200)
+    token_sha256: str = Field(description="hash_token(token): 64 lower-case hex digits.")
+    roles: tuple[str, ...] = ()
+    allowed_patient_ids: Optional[tuple[str, ...]] = None
+
+    def model_post_init(self, _: Any) -> None:
+        if not _HEX64.match(self.token_sha256):
+            raise ValueError(f"user {self.identity!r}: token_sha256 must be 64 lower-case hex digits")
+
+    @property
+    def permissions(self) -> list[str]:
+        """The user's rights in LangGraph's ``permissions`` form (see the module docstring)."""
+        return [_ROLE + r for r in self.roles] + [_PATIENT + p for p in (self.allowed_patient_ids or ())]
+
+    def as_server_user(self) -> "AuthenticatedUser":
+        return AuthenticatedUser(identity=self.identity, permissions=tuple(self.permissions))
+
+
+@dataclass(frozen=True)
+class AuthenticatedUser:
+    """A user a server authenticated (LangGraph's ``BaseUser`` shape: ``identity``, ``permissions``)."""
+
+    identity: str
+    permissions: tuple[str, ...] = ()
+    is_authenticated: bool = True
+
+    @property
+    def display_name(self) -> str:
+        return self.identity
+
+
+class UserDirectory:
+    """The trusted users of a server, loaded from a users file.
+
+    Example:
+        >>> d = UserDirectory([UserRecord(identity="a", token_sha256=hash_token("tok-a"))])
+        >>> d.authenticate("tok-a").identity, d.authenticate("wrong")
+        ('a', None)
+    """
+
+    def __init__(self, users: Sequence[UserRecord]) -> None:
+        users = list(users)
+        if not users:
+            raise ValueError("a users file needs at least one user")
+        seen: set[str] = set()
+        for user in users:
+            if user.identity in seen or user.token_sha256 in {u.token_sha256 for u in users if u is not user}:
+                raise ValueError(f"duplicate identity or token in users file: {user.identity!r}")
+            seen.add(user.identity)
+        self.users = tuple(users)
+
+    @classmethod
+    def from_file(cls, path: str | os.PathLike[str]) -> "UserDirectory":
+        """Load ``{"users": [...]}`` from ``path`` (a clear ValueError if it is missing or malformed)."""
+        import json
+
+        file = Path(path)
+        try:
+            data = json.loads(file.read_text(encoding="utf-8"))
+        except OSError as exc:
+            raise ValueError(f"cannot read users file {file}: {exc.strerror or exc}") from None
+        except ValueError as exc:
+            raise ValueError(f"users file {file} is not valid JSON: {exc}") from None
+        if not isinstance(data, dict) or not isinstance(data.get("users"), list):
+            raise ValueError(f'users file {file} must be {{"users": [...]}}')
+        try:
+            return cls([UserRecord.model_validate(u) for u in data["users"]])
+        except ValidationError as exc:
+            first = exc.errors()[0]
+            raise ValueError(f"users file {file}: {'.'.join(map(str, first['loc']))}: {first['msg']}") from None
+
+    def authenticate(self, token: Optional[str]) -> Optional[UserRecord]:
+        """The user whose token this is, else None. Compares the token's hash with every record in
+        constant time (no early exit, so timing does not tell which record came close)."""
+        if not token:
+            return None
+        presented = hash_token(token)
+        found: Optional[UserRecord] = None
+        for user in self.users:
+            if hmac.compare_digest(presented, user.token_sha256):
+                found = user
+        return found
+
+
+def token_from_headers(headers: Mapping[str, str]) -> Optional[str]:
+    """The token in ``Authorization: Bearer <token>`` or ``X-API-Key: <token>`` (header names in
+    any case), else None."""
+    lowered = {str(k).lower(): v for k, v in headers.items()}
+    authorization = (lowered.get("authorization") or "").strip()
+    scheme, _, value = authorization.partition(" ")
+    if scheme.lower() == "bearer" and value.strip():
+        return value.strip()
+    api_key = (lowered.get("x-api-key") or "").strip()
+    return api_key or None
+
+
+def caller_from_auth_user(user: Any) -> Optional[CallerContext]:
+    """Map a server-authenticated user to a caller (see the module docstring); None if ``user`` is
+    not a server user object (a plain mapping is what a client could have sent)."""
+    if user is None or isinstance(user, Mapping) or not hasattr(user, "identity"):
+        return None
+    try:
+        identity = user.identity
+        permissions = getattr(user, "permissions", None) or ()
+    except (AttributeError, NotImplementedError, KeyError):
+        return None
+    if not isinstance(identity, str) or not identity:
+        return None
+    permissions = [p for p in permissions if isinstance(p, str)]
+    patients = tuple(p[len(_PATIENT):] for p in permissions if p.startswith(_PATIENT) and len(p) > len(_PATIENT))
+    roles = tuple(p[len(_ROLE):] for p in permissions if p.startswith(_ROLE) and len(p) > len(_ROLE))
+    return CallerContext(user_id=identity, roles=roles, allowed_patient_ids=patients or None)
+
+
+def caller_for_run(
+    config: RunnableConfig | Mapping[str, Any] | None,
+    *,
+    base: Optional[CallerContext],
+    trust_client_identity: bool = False,
+    client_caller: Optional[CallerContext] = None,
+) -> Optional[CallerContext]:
+    """The caller a run acts for: the authenticated server user, else (only with
+    ``trust_client_identity``) ``client_caller``, else the build-time ``base``.
+
+    A ``langgraph_auth_user`` that is not a server user object (e.g. a dict a client put in
+    ``configurable`` or ``context``) gives no access at all: the run acts for nobody.
+    """
+    configurable = (config or {}).get("configurable") or {}
+    if AUTH_USER_KEY in configurable and configurable[AUTH_USER_KEY] is not None:
+        caller = caller_from_auth_user(configurable[AUTH_USER_KEY])
+        if caller is None:
+            log.warning("refusing a %s that is not a server-authenticated user", AUTH_USER_KEY)
+        return caller
+    if trust_client_identity and client_caller is not None:
+        return client_caller
+    return base
+
+
+# ----- LangGraph Agent Server (langgraph dev / langgraph up): langgraph.json "auth" -----
+
+_directory_lock = threading.Lock()
+_directory_cache: dict[str, Any] = {}
+
+
+def directory_from_env() -> UserDirectory:
+    """The users file named by ``$TCRAG_AUTH_USERS`` (re-read when the file changes)."""
+    path = os.environ.get(USERS_FILE_ENV)
+    if not path:
+        raise ValueError(f"no users file: set {USERS_FILE_ENV} to a JSON users file (see tcrag_langgraph.auth)")
+    stamp = (path, os.stat(path).st_mtime_ns) if os.path.exists(path) else (path, None)
+    with _directory_lock:
+        if _directory_cache.get("stamp") != stamp:
+            _directory_cache["directory"] = UserDirectory.from_file(path)
+            _directory_cache["stamp"] = stamp
+        return _directory_cache["directory"]
+
+
+#: The Agent Server's auth object (``langgraph.json``: ``"auth": {"path": "./tcrag_langgraph/auth.py:auth"}``).
+auth = Auth()
+
+
+@auth.authenticate
+async def authenticate(headers: dict) -> Auth.types.MinimalUserDict:
+    """Authenticate every request against the users file; no or a wrong token is a 401."""
+    text_headers = {(k.decode("latin-1") if isinstance(k, bytes) else k): (v.decode("latin-1") if isinstance(v, bytes) else v)
+                    for k, v in headers.items()}
+    try:
+        directory = directory_from_env()
+    except ValueError as exc:
+        log.error("%s", exc)
+        raise Auth.exceptions.HTTPException(status_code=401, detail="authentication is not configured") from None
+    user = directory.authenticate(token_from_headers(text_headers))
+    if user is None:
+        raise Auth.exceptions.HTTPException(status_code=401, detail="missing or invalid token")
+    return {"identity": user.identity, "permissions": user.permissions}
+
+
+@auth.on.threads
+async def owner_only(ctx: Auth.types.AuthContext, value: Any) -> Auth.types.FilterType:
+    """A thread (and the runs on it) belongs to the user who created it: a new thread or run is
+    stamped with its owner, and every read, search, update or run on threads is filtered by it."""
+    if isinstance(value, dict):
+        metadata = value.get("metadata")
+        if not isinstance(metadata, dict):
+            metadata = {}
+            value["metadata"] = metadata
+        metadata["owner"] = ctx.user.identity
+    return {"owner": ctx.user.identity}
