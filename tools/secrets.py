@@ -30,7 +30,9 @@ Example:
 from __future__ import annotations
 
 import base64
+import logging
 import re
+import threading
 from functools import lru_cache
 from itertools import permutations
 from typing import TYPE_CHECKING, Any, Iterable, Optional
@@ -44,6 +46,8 @@ __all__ = [
     "CREDENTIAL_HEADERS",
     "scrub_secrets",
     "secret_variants",
+    "protect_logs",
+    "SCRUBBED_LOGGERS",
     "CredentialGuard",
     "guarded_httpx_client",
     "guarded_httpx_async_client",
@@ -104,6 +108,61 @@ def scrub_secrets(text: str, secrets: Iterable[str] = ()) -> str:
         lambda m: f"{m['name']}{m['sep']}{m['scheme'] + ' ' if m['scheme'] else ''}{REDACTED}", text
     )
     return _BEARER.sub(lambda m: f"{m['scheme']} {REDACTED}", text)
+
+
+# --------------------------------------------------------------------------- logs
+
+#: Loggers of the HTTP/search clients the tools use that write URLs, query strings or headers.
+SCRUBBED_LOGGERS: tuple[str, ...] = (
+    "tcrag_langgraph.tools.layer",
+    "httpx",
+    "httpcore.connection",
+    "httpcore.http11",
+    "httpcore.http2",
+    "httpcore.proxy",
+    "elastic_transport.transport",
+    "urllib3.connectionpool",
+)
+
+
+class _ScrubFilter(logging.Filter):
+    """Rewrites each record of the logger it sits on with the registered secrets removed."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.secrets: frozenset[str] = frozenset()
+        self._lock = threading.Lock()
+
+    def add(self, secrets: Iterable[str]) -> None:
+        with self._lock:
+            self.secrets = self.secrets | {s for s in secrets if s}
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        message = record.getMessage()
+        clean = scrub_secrets(message, self.secrets)
+        if clean != message:
+            record.msg, record.args = clean, None
+        return True
+
+
+_LOG_FILTER = _ScrubFilter()
+_installed: set[str] = set()
+_install_lock = threading.Lock()
+
+
+def protect_logs(secrets: Iterable[str], loggers: Iterable[str] = SCRUBBED_LOGGERS) -> None:
+    """Scrub ``secrets`` (in every encoding) from what ``loggers`` write, for the rest of the process.
+
+    A logger's filters see only records logged on that logger itself, so each named logger gets the
+    filter (httpx, for one, logs every request URL with its userinfo and query string at INFO).
+    :func:`~tcrag_langgraph.tools.layer.make_tool` calls this with each tool's secrets.
+    """
+    _LOG_FILTER.add(secrets)
+    with _install_lock:
+        for name in loggers:
+            if name not in _installed:
+                logging.getLogger(name).addFilter(_LOG_FILTER)
+                _installed.add(name)
 
 
 # --------------------------------------------------------------------------- httpx

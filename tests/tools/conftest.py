@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import socket
 import threading
@@ -24,6 +25,7 @@ class Reply:
     body: Any = b""
     content_type: str = "application/json"
     delay_s: float = 0.0
+    headers: dict[str, str] = field(default_factory=dict)  # extra response headers, e.g. Location
 
     def payload(self) -> bytes:
         if isinstance(self.body, bytes):
@@ -53,6 +55,19 @@ class LoopbackServer:
 @pytest.fixture
 def http_server():
     """Yield a :class:`LoopbackServer`; ``respond(request, n)`` gets the 1-based request count."""
+    with _loopback_server() as server:
+        yield server
+
+
+@pytest.fixture
+def second_http_server():
+    """Another :class:`LoopbackServer` on its own port: a different origin (cross-origin redirects)."""
+    with _loopback_server() as server:
+        yield server
+
+
+@contextlib.contextmanager
+def _loopback_server():
     state: dict[str, LoopbackServer] = {}
     lock = threading.Lock()
 
@@ -72,6 +87,8 @@ def http_server():
                 self.send_response(reply.status)
                 self.send_header("Content-Type", reply.content_type)
                 self.send_header("Content-Length", str(len(body)))
+                for name, value in reply.headers.items():
+                    self.send_header(name, value)
                 self.end_headers()
                 self.wfile.write(body)
             except (BrokenPipeError, ConnectionResetError):  # the client gave up (timeout tests)

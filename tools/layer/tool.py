@@ -20,7 +20,7 @@ from tenacity import AsyncRetrying, Retrying, retry_if_exception, stop_after_att
 
 from ..base import ToolError
 from ..identity import caller_from_config
-from ..secrets import scrub_secrets
+from ..secrets import protect_logs, scrub_secrets
 from .options import ToolFailure, ToolOptions
 from .outcome import bounded_error, bounded_observation, tool_error
 from .pool import DeadlineExceeded, arun_before_deadline, current_limits, run_before_deadline
@@ -331,6 +331,8 @@ def make_tool(
     resolved = ToolOptions(**{**base, **overrides})
     if resolved.primary_field is not None and resolved.primary_field not in args_schema.model_fields:
         raise ValueError(f"primary_field {resolved.primary_field!r} is not a field of {args_schema.__name__}")
+    if resolved.secrets:
+        protect_logs(resolved.secrets)  # the clients a backend uses log URLs and headers too
     tool = LayeredTool(name=name, description=description.strip(), args_schema=args_schema)
     tool._func = func
     tool._afunc = afunc

@@ -1,0 +1,78 @@
+"""The tools stand alone: no tool module imports the agent, LangGraph's graph, torch or the model.
+
+Each module under ``tcrag_langgraph.tools`` (found with pkgutil, so new packages are covered) is
+imported in a fresh interpreter, which then reports what got imported along with it.
+"""
+
+from __future__ import annotations
+
+import ast
+import importlib.util
+import json
+import pkgutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import tcrag_langgraph.tools as tools_pkg
+
+FORBIDDEN = ("tcrag_langgraph.graph", "tcrag_langgraph.models", "langgraph.graph", "torch", "transformers", "sentence_transformers")
+
+PROBE = """
+import importlib, json, sys
+importlib.import_module(sys.argv[1])
+agent = sorted(m for m in sys.modules if m.startswith("tcrag_langgraph.") and not m.startswith("tcrag_langgraph.tools"))
+print(json.dumps({"forbidden": [m for m in json.loads(sys.argv[2]) if m in sys.modules], "agent": agent}))
+"""
+
+
+def _tool_modules() -> list[str]:
+    names = [tools_pkg.__name__]
+    for info in pkgutil.walk_packages(tools_pkg.__path__, prefix=tools_pkg.__name__ + "."):
+        names.append(info.name)
+    return names
+
+
+TOOL_MODULES = _tool_modules()
+
+
+def test_discovery_finds_the_known_modules():
+    for name in ("layer", "layer.pipeline", "documents", "knowledge_graph", "web_search", "emr", "chunking", "indexing",
+                 "kg_build", "elasticsearch_store", "identity", "tokens", "secrets", "base"):
+        assert f"tcrag_langgraph.tools.{name}" in TOOL_MODULES
+
+
+@pytest.mark.parametrize("module", TOOL_MODULES)
+def test_importing_a_tool_module_imports_no_agent_graph_torch_or_model(module):
+    done = subprocess.run(
+        [sys.executable, "-c", PROBE, module, json.dumps(FORBIDDEN)], capture_output=True, text=True, timeout=180
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    report = json.loads(done.stdout.strip().splitlines()[-1])
+    assert report == {"forbidden": [], "agent": []}, f"importing {module} pulled {report}"
+
+
+def _python_files() -> list[Path]:
+    return sorted(Path(tools_pkg.__path__[0]).rglob("*.py"))
+
+
+@pytest.mark.parametrize("path", _python_files(), ids=lambda p: str(p.relative_to(Path(tools_pkg.__path__[0]))))
+def test_no_tool_source_imports_the_agent(path):
+    root = Path(tools_pkg.__path__[0])
+    relative = path.relative_to(root).with_suffix("")
+    parts = [p for p in relative.parts if p != "__init__"]
+    module = ".".join([tools_pkg.__name__, *parts])
+    package = module if path.name == "__init__.py" else module.rpartition(".")[0]
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            targets = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            name = "." * node.level + (node.module or "")
+            targets = [importlib.util.resolve_name(name, package) if node.level else name]
+        else:
+            continue
+        for target in targets:
+            if target == "tcrag_langgraph" or target.startswith("tcrag_langgraph."):
+                assert target.startswith("tcrag_langgraph.tools"), f"{path}:{node.lineno} imports {target}"
