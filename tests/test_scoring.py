@@ -88,3 +88,84 @@ def test_empty_text_is_a_clear_error(scorer):
         scorer.score(QUERY, "", metric="cppl")
     with pytest.raises(ValueError, match="unknown metric"):
         scorer.score(QUERY, TEXT, metric="ppl")
+
+
+# --- which scorer for which generator (issue 11 item 1) ---
+
+def test_local_chat_model_gets_a_lazy_scorer_over_its_own_weights(lm):
+    from tcrag_langgraph.models import LocalChatModel
+    from tcrag_langgraph.scoring import scorer_for_model
+
+    chat = LocalChatModel(max_new_tokens=4)
+    monitor = scorer_for_model(chat)
+    assert isinstance(monitor, LocalLMScorer)
+    assert monitor._lm is None and chat._lm is None  # nothing loaded at build time
+    assert monitor.local_model is chat.local_model
+
+
+def test_chat_huggingface_over_a_pipeline_is_scored_by_its_own_model(lm):
+    from langchain_huggingface import ChatHuggingFace, HuggingFacePipeline
+    from transformers import pipeline
+
+    from tcrag_langgraph.scoring import scorer_for_model
+
+    pipe = pipeline("text-generation", model=lm.model, tokenizer=lm.tokenizer, max_new_tokens=4)
+    llm = HuggingFacePipeline(pipeline=pipe)
+    chat = ChatHuggingFace(llm=llm, tokenizer=lm.tokenizer)
+    for generator in (chat, llm):
+        monitor = scorer_for_model(generator)
+        assert monitor.local_model.model is pipe.model and monitor.local_model.tokenizer is pipe.tokenizer
+        for metric in ("cppl", "uct"):
+            assert monitor.score(QUERY, TEXT, metric=metric) == LocalLMScorer(lm).score(QUERY, TEXT, metric=metric)
+
+
+def test_a_pipeline_over_other_weights_is_not_scored_by_the_packaged_model(lm):
+    """A pipeline over a different (here: re-initialised) model must be scored by that model."""
+    import copy
+
+    import torch
+    from langchain_huggingface import HuggingFacePipeline
+    from transformers import pipeline
+
+    from tcrag_langgraph.scoring import scorer_for_model
+
+    other = copy.deepcopy(lm.model)
+    with torch.no_grad():
+        other.model.embed_tokens.weight.mul_(0.5)
+    monitor = scorer_for_model(HuggingFacePipeline(pipeline=pipeline("text-generation", model=other, tokenizer=lm.tokenizer)))
+    assert monitor.local_model.model is other
+    assert monitor.score(QUERY, TEXT, metric="cppl") != pytest.approx(LocalLMScorer(lm).score(QUERY, TEXT, metric="cppl"))
+
+
+def test_an_unknown_chat_model_is_refused_with_the_options():
+    from langchain_core.language_models.fake_chat_models import FakeListChatModel
+
+    from tcrag_langgraph.scoring import MonitorUnavailableError, scorer_for_model
+
+    with pytest.raises(MonitorUnavailableError) as info:
+        scorer_for_model(FakeListChatModel(responses=["x"]))
+    message = str(info.value)
+    assert isinstance(info.value, ValueError)
+    assert "scorer=" in message and "CompletionsLogprobScorer" in message
+    assert "enable_state_monitor=False" in message and "FakeListChatModel" in message
+
+
+def test_served_chat_models_are_not_scored_implicitly():
+    pytest.importorskip("langchain_openai")
+    from langchain_openai import ChatOpenAI
+
+    from tcrag_langgraph.scoring import MonitorUnavailableError, scorer_for_model
+
+    with pytest.raises(MonitorUnavailableError, match="ChatOpenAI"):
+        scorer_for_model(ChatOpenAI(model="m", base_url="http://127.0.0.1:9/v1", api_key="sk-x"))
+
+
+def test_scorer_arguments_are_checked():
+    with pytest.raises(ValueError, match="at most one"):
+        LocalLMScorer(model_path="x", model_loader=lambda: None)
+    with pytest.raises(ValueError, match="unknown dtype"):
+        LocalLMScorer(dtype="int3")
+    from tcrag_langgraph.scoring import CompletionsLogprobScorer, RemoteScorerError
+
+    assert CompletionsLogprobScorer.__module__ == "tcrag_langgraph.remote_scorer"
+    assert issubclass(RemoteScorerError, RuntimeError)
