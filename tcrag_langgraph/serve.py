@@ -9,66 +9,258 @@ Input ``{"messages": [...]}`` (the last human message is the question), output o
 ``response_metadata`` has ``halt_reason``, ``answer_validated``, ``state_value``, ``sigma``,
 ``metric``, ``steps`` and ``stack``.
 
-Per-request options go in the request's ``config.configurable``: ``sigma``, ``metric``,
-``max_steps``, ``max_new_tokens``, ``temperature``, ``enable_backtrack``, ``enable_summary``,
-``enable_state_monitor``, ``few_shot``, ``language``, ``unlabeled_text``, ``max_format_retries``
-and ``thread_id``. LangServe itself would drop ``thread_id`` and fill unset options with
-defaults, so :func:`per_request_config` re-reads them from the raw request and validates them
-(an invalid value is a 422). The caller identity and human review are never taken from a request.
+Per-request options go in the request's ``config.configurable``: the :class:`TCRAGConfig` fields
+listed by :func:`tcrag_langgraph.config.request_option_fields` (sigma, metric, max_steps, ...) and
+``thread_id``. LangServe itself would drop ``thread_id`` and fill unset options with defaults, so
+:func:`per_request_config` re-reads them from the raw request and validates them (an invalid or
+unknown option is a 422). In ``/batch`` each input's own config applies. The caller identity and
+human review are never taken from a request.
+
+Security (see docs/security.md):
+
+* **Authentication**: with a users file (``users=`` / ``tcrag serve --users-file``, format in
+  :mod:`tcrag_langgraph.auth`) every route but ``/healthz`` needs ``Authorization: Bearer <token>``
+  or ``X-API-Key: <token>`` (401 otherwise). The authenticated user is the run's identity: it is
+  put in the run config under ``langgraph_auth_user`` (a client can never send that key) and the
+  graph maps it to the EMR caller. ``tcrag serve`` refuses to bind beyond loopback without one.
+* **Host allow-list** (``allowed_hosts``, default the loopback names): other ``Host`` headers get
+  400, which stops DNS rebinding.
+* **Bodies**: POST bodies must be ``application/json`` (else 415: no "simple" cross-site form
+  posts) and at most ``max_body_bytes`` (else 413); invalid JSON is 400, JSON nested deeper than
+  ``max_json_depth`` or holding text that is not valid Unicode (a lone surrogate) is 422; all
+  before any run starts.
+* **Threads** belong to the principal that created them: the stored thread id is the client's id
+  namespaced by the principal, so no client reads or posts into another principal's thread.
+* **Bounded memory**: without a durable checkpointer, threads live in a
+  :class:`BoundedMemorySaver` keeping the ``max_threads`` most recently written threads; with
+  ``checkpoint_db`` they live in SQLite. Either way with the safe serializer
+  (:func:`~tcrag_langgraph.integration.checkpoint_serde`).
 
 Each request without a ``thread_id`` runs on a fresh thread. With one, the thread's messages are
-kept (in memory, or in SQLite with ``checkpoint_db``): send only the new message per turn.
+kept: send only the new message per turn.
 
 Example (the scripted model is a testing/demo hook, not a language model)::
 
     from tcrag_langgraph.serve import create_app
-    from tcrag_langgraph.studio import scripted_graph
-    from langgraph.checkpoint.memory import InMemorySaver
-    app = create_app(graph=scripted_graph({"replies": ["Conclusion: yes"], "default_score": 1},
-                                          checkpointer=InMemorySaver()))
+    from tcrag_langgraph.testing import scripted_graph
+    app = create_app(graph=scripted_graph({"replies": ["Conclusion: yes"], "default_score": 1}))
     # uvicorn.run(app, host="127.0.0.1", port=8000)
 
-Command line: ``tcrag serve --host 127.0.0.1 --port 8000`` (real packaged model), or
-``tcrag serve --scripted script.json`` (scripted demo model, see :mod:`tcrag_langgraph.studio`).
+Command line: ``tcrag serve --host 127.0.0.1 --port 8000`` (real packaged model),
+``tcrag serve --users-file users.json`` (authentication), or ``tcrag serve --scripted script.json``
+(scripted demo model, see :mod:`tcrag_langgraph.testing`).
 """
 
 from __future__ import annotations
 
+import hashlib
+import ipaddress
 import json
+import threading
 import uuid
+from collections import OrderedDict
 from contextlib import asynccontextmanager
-from typing import Any, Optional
+from typing import Any, Optional, Sequence
 
 from fastapi import FastAPI, HTTPException, Request
 from langgraph.checkpoint.memory import InMemorySaver
 from pydantic import ValidationError
+from starlette.middleware.trustedhost import TrustedHostMiddleware
 
-from .config import TCRAGConfig
+from .auth import AUTH_USER_KEY, UserDirectory, UserRecord, token_from_headers
+from .config import TCRAGConfig, request_option_fields
 from .integration import as_chat_runnable, checkpoint_serde
 
-__all__ = ["create_app", "per_request_config", "REQUEST_OPTIONS", "register"]
+__all__ = ["create_app", "per_request_config", "REQUEST_OPTIONS", "register", "BoundedMemorySaver",
+           "RequestGuard", "scoped_thread_id", "check_exposure", "LOOPBACK_HOSTS"]
 
-#: TCRAGConfig fields a client may set per request (never ``caller`` or ``require_review``).
-REQUEST_OPTIONS = (
-    "sigma", "metric", "max_steps", "max_new_tokens", "temperature", "enable_backtrack", "enable_summary",
-    "enable_state_monitor", "few_shot", "language", "unlabeled_text", "max_format_retries",
-)
+#: TCRAGConfig fields a client may set per request (generated from the fields: never ``caller``
+#: or ``require_review``).
+REQUEST_OPTIONS = request_option_fields()
+#: Host header values served by default.
+LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "::1")
+_MAX_THREAD_ID = 200
+_STATE_USER = "tcrag_user"
+_STATE_BODY = "tcrag_body"
+_STATE_BATCH_INDEX = "tcrag_batch_index"
+
+
+class BoundedMemorySaver(InMemorySaver):
+    """An in-memory checkpointer that keeps at most ``max_threads`` threads: writing a checkpoint
+    marks its thread as recent, and the least recently written threads beyond the bound are
+    deleted (their conversations are forgotten; use a durable checkpointer to keep them).
+
+    Example:
+        >>> saver = BoundedMemorySaver(max_threads=2)
+        >>> saver.max_threads
+        2
+    """
+
+    def __init__(self, *, max_threads: int = 1000, serde: Any = None) -> None:
+        if not isinstance(max_threads, int) or isinstance(max_threads, bool) or max_threads < 1:
+            raise ValueError(f"max_threads must be a positive integer, got {max_threads!r}")
+        super().__init__(serde=serde if serde is not None else checkpoint_serde())
+        self.max_threads = max_threads
+        self._recent: OrderedDict[str, None] = OrderedDict()
+        self._recent_lock = threading.RLock()
+
+    def put(self, config, checkpoint, metadata, new_versions):
+        saved = super().put(config, checkpoint, metadata, new_versions)
+        thread_id = str(config["configurable"]["thread_id"])
+        with self._recent_lock:
+            self._recent[thread_id] = None
+            self._recent.move_to_end(thread_id)
+            while len(self._recent) > self.max_threads:
+                oldest, _ = self._recent.popitem(last=False)
+                super().delete_thread(oldest)
+        return saved
+
+    def delete_thread(self, thread_id: str) -> None:
+        with self._recent_lock:
+            self._recent.pop(str(thread_id), None)
+            super().delete_thread(thread_id)
+
+    @property
+    def thread_count(self) -> int:
+        """Threads held now."""
+        return len(self.storage)
+
+
+def scoped_thread_id(user: Optional[UserRecord], thread_id: str) -> str:
+    """The stored thread id: the client's id namespaced by the authenticated principal (a hash of
+    its identity, so ids never collide across principals), or ``anonymous/`` without authentication."""
+    owner = "anonymous" if user is None else "u-" + hashlib.sha256(user.identity.encode("utf-8")).hexdigest()[:24]
+    return f"{owner}/{thread_id}"
+
+
+def _json_problem(value: Any, *, max_depth: int) -> Optional[str]:
+    """Why a parsed JSON body is refused (too deep, text that is not valid Unicode), else None."""
+    pending: list[tuple[Any, int]] = [(value, 1)]
+    while pending:
+        item, depth = pending.pop()
+        if isinstance(item, (dict, list)):
+            if depth > max_depth:
+                return f"JSON nested deeper than {max_depth} levels"
+            children = list(item.items()) if isinstance(item, dict) else [(None, v) for v in item]
+            for key, child in children:
+                if key is not None:
+                    pending.append((key, depth))
+                pending.append((child, depth + 1))
+        elif isinstance(item, str):
+            try:
+                item.encode("utf-8")
+            except UnicodeEncodeError:
+                return "text is not valid Unicode (a lone surrogate)"
+    return None
+
+
+class RequestGuard:
+    """ASGI middleware run before LangServe: authentication (when ``users`` is given), then for
+    bodies: JSON content type (415), size (413), valid JSON (400), depth and Unicode (422). The
+    authenticated user and the parsed body are left in ``request.state`` for
+    :func:`per_request_config`."""
+
+    def __init__(self, app: Any, *, users: Optional[UserDirectory], max_body_bytes: int, max_json_depth: int,
+                 open_paths: Sequence[str] = ("/healthz",)) -> None:
+        self.app = app
+        self.users = users
+        self.max_body_bytes = max_body_bytes
+        self.max_json_depth = max_json_depth
+        self.open_paths = frozenset(open_paths)
+
+    async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope.get("headers", [])}
+        state = scope.setdefault("state", {})
+        user: Optional[UserRecord] = None
+        if self.users is not None and scope["path"] not in self.open_paths:
+            user = self.users.authenticate(token_from_headers(headers))
+            if user is None:
+                await _refuse(send, 401, "missing or invalid token (Authorization: Bearer <token> or X-API-Key)",
+                              [(b"www-authenticate", b"Bearer")])
+                return
+        state[_STATE_USER] = user
+        if scope["method"] not in ("POST", "PUT", "PATCH"):
+            await self.app(scope, receive, send)
+            return
+        media_type = headers.get("content-type", "").split(";")[0].strip().lower()
+        if media_type != "application/json":
+            await _refuse(send, 415, "request bodies must be application/json")
+            return
+        declared = headers.get("content-length", "")
+        if declared.isdigit() and int(declared) > self.max_body_bytes:
+            await _refuse(send, 413, f"request body over {self.max_body_bytes} bytes")
+            return
+        chunks: list[bytes] = []
+        size = 0
+        while True:
+            message = await receive()
+            if message["type"] == "http.disconnect":
+                return
+            chunk = message.get("body", b"")
+            size += len(chunk)
+            if size > self.max_body_bytes:
+                await _refuse(send, 413, f"request body over {self.max_body_bytes} bytes")
+                return
+            chunks.append(chunk)
+            if not message.get("more_body", False):
+                break
+        body = b"".join(chunks)
+        try:
+            parsed = json.loads(body)
+        except RecursionError:
+            await _refuse(send, 422, f"JSON nested deeper than {self.max_json_depth} levels")
+            return
+        except ValueError:  # includes UnicodeDecodeError
+            await _refuse(send, 400, "request body is not valid JSON")
+            return
+        problem = _json_problem(parsed, max_depth=self.max_json_depth)
+        if problem:
+            await _refuse(send, 422, problem)
+            return
+        state[_STATE_BODY] = parsed
+        replayed = False
+
+        async def replay() -> dict:
+            nonlocal replayed
+            if not replayed:
+                replayed = True
+                return {"type": "http.request", "body": body, "more_body": False}
+            return await receive()
+
+        await self.app(scope, replay, send)
+
+
+async def _refuse(send: Any, status: int, detail: str, extra_headers: Sequence[tuple[bytes, bytes]] = ()) -> None:
+    payload = json.dumps({"detail": detail}).encode("utf-8")
+    await send({"type": "http.response.start", "status": status,
+                "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(payload)).encode()),
+                            *extra_headers]})
+    await send({"type": "http.response.body", "body": payload})
+
+
+def _client_configurable(request: Request) -> dict[str, Any]:
+    """The ``configurable`` this request's client sent (for ``/batch`` with one config per input:
+    the next input's, in order; LangServe calls the modifier once per input, in order)."""
+    body = getattr(request.state, _STATE_BODY, None)
+    raw = body.get("config") if isinstance(body, dict) else None
+    if isinstance(raw, list):
+        index = getattr(request.state, _STATE_BATCH_INDEX, 0)
+        setattr(request.state, _STATE_BATCH_INDEX, index + 1)
+        raw = raw[index] if index < len(raw) else None
+    if isinstance(raw, dict) and isinstance(raw.get("configurable"), dict):
+        return raw["configurable"]
+    return {}
 
 
 async def per_request_config(config: dict[str, Any], request: Request) -> dict[str, Any]:
     """LangServe ``per_req_config_modifier``: the run's ``configurable`` is exactly the validated
-    options the client sent (see :data:`REQUEST_OPTIONS`) plus a ``thread_id`` (a new one if none)."""
-    sent: dict[str, Any] = {}
-    if request.method == "POST":
-        try:
-            body = await request.json()
-        except (json.JSONDecodeError, UnicodeDecodeError):
-            body = {}
-        raw = body.get("config") if isinstance(body, dict) else None
-        if isinstance(raw, list):  # /batch with one config per input: options must agree
-            raw = raw[0] if raw else None
-        if isinstance(raw, dict) and isinstance(raw.get("configurable"), dict):
-            sent = raw["configurable"]
+    options the client sent (see :data:`REQUEST_OPTIONS`), a ``thread_id`` scoped to the
+    authenticated principal (a new one if none was sent) and the authenticated user under
+    ``langgraph_auth_user``. Nothing else the client sent survives."""
+    sent = _client_configurable(request) if request.method == "POST" else {}
     unknown = sorted(k for k in sent if k not in REQUEST_OPTIONS and k != "thread_id")
     if unknown:
         raise HTTPException(422, f"unsupported configurable option(s): {', '.join(unknown)}; "
@@ -80,10 +272,38 @@ async def per_request_config(config: dict[str, Any], request: Request) -> dict[s
         first = exc.errors()[0]
         raise HTTPException(422, f"invalid option {first['loc'][0] if first['loc'] else ''}: {first['msg']}")
     thread_id = sent.get("thread_id")
-    if thread_id is not None and (not isinstance(thread_id, str) or not thread_id.strip()):
-        raise HTTPException(422, "thread_id must be a non-empty string")
-    configurable = {**options, "thread_id": thread_id or f"tcrag-{uuid.uuid4()}"}
+    if thread_id is not None and (not isinstance(thread_id, str) or not thread_id.strip()
+                                  or len(thread_id) > _MAX_THREAD_ID):
+        raise HTTPException(422, f"thread_id must be a non-empty string of at most {_MAX_THREAD_ID} characters")
+    user: Optional[UserRecord] = getattr(request.state, _STATE_USER, None)
+    configurable: dict[str, Any] = {**options,
+                                    "thread_id": scoped_thread_id(user, thread_id or f"tcrag-{uuid.uuid4()}")}
+    if user is not None:
+        configurable[AUTH_USER_KEY] = user.as_server_user()
     return {**{k: v for k, v in config.items() if k != "configurable"}, "configurable": configurable}
+
+
+def _is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+def check_exposure(host: str, *, authenticated: bool) -> Optional[str]:
+    """Refuse (ValueError) to serve beyond loopback without authentication; a warning to print for
+    an all-interfaces bind, else None."""
+    if _is_loopback(host):
+        return None
+    if not authenticated:
+        raise ValueError(f"refusing to bind {host!r} (beyond loopback) without authentication: give "
+                         "--users-file (or set TCRAG_AUTH_USERS) with the users allowed to call this server")
+    if host in ("0.0.0.0", "::", ""):
+        return (f"WARNING: binding {host or 'all interfaces'} serves every network this machine is on; "
+                "prefer one interface, and pass the names clients use with --allowed-host")
+    return None
 
 
 def create_app(
@@ -94,28 +314,47 @@ def create_app(
     checkpoint_db: Optional[str] = None,
     playground: bool = True,
     title: str = "TC-RAG",
+    users: Optional[UserDirectory] = None,
+    allowed_hosts: Sequence[str] = LOOPBACK_HOSTS,
+    max_body_bytes: int = 64 * 1024,
+    max_json_depth: int = 32,
+    max_threads: int = 1000,
 ) -> FastAPI:
     """The FastAPI app serving the agent through LangServe.
 
     Args:
-        graph: a compiled TC-RAG graph to serve as is (tests and demos pass a scripted one, with its
-            own checkpointer). ``None`` builds the real agent (packaged local model, loaded on the
-            first request) with ``config`` and the default tools.
-        config: base options when ``graph`` is None.
+        graph: a compiled TC-RAG graph to serve as is (tests and demos pass a scripted one). ``None``
+            builds the real agent (packaged local model, loaded on the first request) with
+            ``config`` and the default tools. A checkpointer the graph already has is kept (a
+            durable one the user names); else see ``checkpoint_db`` / ``max_threads``.
+        config: base options when ``graph`` is None (``config.caller`` is who unauthenticated runs act for).
         tools: give the default tools to the agent built here.
-        checkpoint_db: SQLite file for thread memory (``AsyncSqliteSaver``); default in memory. Only
-            used when this function builds the graph, or when ``graph`` has no checkpointer.
-        playground: serve ``/tcrag/playground/``.
+        checkpoint_db: SQLite file for thread memory (``AsyncSqliteSaver``); default in memory,
+            bounded by ``max_threads``.
+        playground: serve ``/tcrag/playground/`` (it cannot send a token: useful without ``users``).
+        users: the trusted users (:class:`~tcrag_langgraph.auth.UserDirectory`); ``None`` serves
+            without authentication (loopback only, which :func:`check_exposure` enforces for the CLI).
+        allowed_hosts: ``Host`` header values served (others: 400).
+        max_body_bytes, max_json_depth: limits on request bodies (413 / 422).
+        max_threads: threads kept by the in-memory checkpointer.
     """
     from langserve import add_routes
 
+    for name, value in (("max_body_bytes", max_body_bytes), ("max_json_depth", max_json_depth)):
+        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+            raise ValueError(f"{name} must be a positive integer, got {value!r}")
+    hosts = [h for h in allowed_hosts if isinstance(h, str) and h.strip()]
+    if not hosts:
+        raise ValueError("allowed_hosts must name at least one host")
+    if users is not None and not isinstance(users, UserDirectory):
+        raise TypeError(f"users must be a UserDirectory, got {type(users).__name__}")
     if graph is None:
         from .graph import build_graph
         from .tools import default_tools
 
         graph = build_graph(config=config, tools=default_tools() if tools else [], name="tcrag")
     if getattr(graph, "checkpointer", None) is None and checkpoint_db is None:
-        graph.checkpointer = InMemorySaver(serde=checkpoint_serde())
+        graph.checkpointer = BoundedMemorySaver(max_threads=max_threads)
 
     @asynccontextmanager
     async def lifespan(_: FastAPI):
@@ -147,11 +386,12 @@ def create_app(
     )
 
     @app.get("/tcrag/threads/{thread_id}")
-    async def thread_state(thread_id: str) -> dict[str, Any]:
-        """The stack, trace and answer stored for a thread (404 if the thread is unknown)."""
+    async def thread_state(thread_id: str, request: Request) -> dict[str, Any]:
+        """The stack, trace and answer stored for one of the caller's threads (404 if unknown)."""
         from .cli import result_dict
 
-        snapshot = await graph.aget_state({"configurable": {"thread_id": thread_id}})
+        scoped = scoped_thread_id(getattr(request.state, _STATE_USER, None), thread_id)
+        snapshot = await graph.aget_state({"configurable": {"thread_id": scoped}})
         if not snapshot.values:
             raise HTTPException(404, f"no such thread: {thread_id}")
         result = result_dict(snapshot.values)
@@ -163,6 +403,9 @@ def create_app(
     async def healthz() -> dict[str, Any]:
         return {"ok": True, "graph": graph.get_name(), "nodes": [n for n in graph.nodes if not n.startswith("__")]}
 
+    # Starlette runs the last added middleware first: Host check, then the guard, then the routes.
+    app.add_middleware(RequestGuard, users=users, max_body_bytes=max_body_bytes, max_json_depth=max_json_depth)
+    app.add_middleware(TrustedHostMiddleware, allowed_hosts=hosts)
     return app
 
 
@@ -176,19 +419,38 @@ def register(app: Any) -> None:
         port: int = typer.Option(8000, min=0, max=65535, help="TCP port."),
         tools: bool = typer.Option(True, "--tools/--no-tools", help="Give the agent the default tools."),
         checkpoint_db: Optional[str] = typer.Option(None, help="SQLite file keeping conversation threads."),
+        max_threads: int = typer.Option(1000, min=1, help="Threads kept in memory (without --checkpoint-db)."),
+        users_file: Optional[str] = typer.Option(
+            None, envvar="TCRAG_AUTH_USERS",
+            help="Users file (tokens as SHA-256, identities, allowed patients); required beyond loopback."),
+        allowed_host: list[str] = typer.Option(
+            [], "--allowed-host", help="Host header value clients use (repeatable; loopback names always)."),
+        max_body_bytes: int = typer.Option(64 * 1024, min=1, help="Largest request body (bytes)."),
         scripted: Optional[str] = typer.Option(
-            None, help="TESTING/DEMO: replay a JSON script instead of a language model (see tcrag_langgraph.studio)."),
+            None, help="TESTING/DEMO: replay a JSON script instead of a language model (see tcrag_langgraph.testing)."),
         log_level: str = typer.Option("info", help="uvicorn log level."),
     ) -> None:
         """Serve the agent over HTTP (LangServe): /tcrag/invoke, /stream, /stream_events, /playground/."""
         import uvicorn
 
+        try:
+            users = UserDirectory.from_file(users_file) if users_file else None
+            warning = check_exposure(host, authenticated=users is not None)
+        except ValueError as exc:
+            raise typer.BadParameter(str(exc)) from None
+        if warning:
+            typer.echo(warning, err=True)
+        hosts = [*LOOPBACK_HOSTS, *allowed_host]
+        if not _is_loopback(host) and host not in ("0.0.0.0", "::"):
+            hosts.append(host)
         graph = None
         if scripted:
-            from .studio import scripted_graph
+            from .testing import scripted_graph
 
             graph = scripted_graph(scripted)
-        application = create_app(graph=graph, tools=tools, checkpoint_db=checkpoint_db)
+        application = create_app(graph=graph, tools=tools, checkpoint_db=checkpoint_db, users=users,
+                                 allowed_hosts=hosts, max_body_bytes=max_body_bytes, max_threads=max_threads)
         typer.echo(f"TC-RAG serving on http://{host}:{port}/tcrag (playground: /tcrag/playground/)"
+                   + (f" [authentication: {len(users.users)} users]" if users else " [no authentication]")
                    + (" [SCRIPTED model: not a language model]" if scripted else ""), err=True)
         uvicorn.run(application, host=host, port=port, log_level=log_level)

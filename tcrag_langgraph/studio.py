@@ -49,17 +49,7 @@ def make_graph(*, script: Optional[str] = None, tools: bool = True):
     real agent (packaged local model, default tools). Never has a checkpointer."""
     script = script or os.environ.get(SCRIPT_ENV) or None
     if script:
-        import json
-        from pathlib import Path
-
-        data = json.loads(Path(script).read_text(encoding="utf-8"))
-        real_tools = bool(data.pop("real_tools", False))
-        extra = []
-        if real_tools:
-            from tcrag_langgraph.tools import default_tools
-
-            extra = list(default_tools())
-        return scripted_graph(data, tools=extra)
+        return scripted_graph(script)
     from tcrag_langgraph.graph import build_graph
     from tcrag_langgraph.tools import default_tools
 

@@ -26,7 +26,8 @@ Script format (every key but ``replies`` optional)::
       "default_score": 50.0,
       "tools": {"DOC_RAG": "Scripted passage about {input}."},
       "config": {"max_steps": 8},           # TCRAGConfig fields (the graph's base config)
-      "calls_log": "/tmp/calls.jsonl"       # one JSON line per model call (pid, index, question)
+      "calls_log": "/tmp/calls.jsonl",      # one JSON line per model call (pid, index, question)
+      "real_tools": false                   # true: add the real default tools (e.g. EMR_SEARCH)
     }
 
 ``{question}`` in replies, markers and score keys is replaced by the run's question; ``{input}`` in a
@@ -113,6 +114,7 @@ class Script(BaseModel):
     tools: dict[str, str] = Field(default_factory=dict)
     config: dict[str, Any] = Field(default_factory=dict)
     calls_log: Optional[str] = None
+    real_tools: bool = Field(default=False, description="Also give the agent the real default tools (EMR_SEARCH ...).")
 
 
 def load_script(source: Union[str, os.PathLike[str], Mapping[str, Any], Script]) -> Script:
@@ -278,10 +280,15 @@ def scripted_components(source: Union[str, os.PathLike[str], Mapping[str, Any], 
         (['config', 'model', 'scorer', 'tools'], ['T'])
     """
     script = load_script(source)
+    tools = [scripted_tool(n, t) for n, t in script.tools.items()]
+    if script.real_tools:
+        from .tools import default_tools
+
+        tools.extend(default_tools())
     return {
         "model": ScriptedChatModel(replies=script.replies, mode=script.mode, calls_log=script.calls_log),
         "scorer": ScriptedScorer(script.scores, default=script.default_score),
-        "tools": [scripted_tool(n, t) for n, t in script.tools.items()],
+        "tools": tools,
         "config": TCRAGConfig.model_validate(script.config),
     }
 

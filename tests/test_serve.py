@@ -3,15 +3,17 @@
 from __future__ import annotations
 
 import json
+import os
 
 import httpx
 import pytest
 from langgraph.checkpoint.memory import InMemorySaver
 
 from tcrag_langgraph.serve import create_app
-from tcrag_langgraph.studio import scripted_graph
+from tcrag_langgraph.graph import build_graph
+from tcrag_langgraph.testing import scripted_components, scripted_graph
 
-from .helpers_servers import free_port, python_cmd, script_file, server_process, uvicorn_thread
+from .helpers_servers import free_port, python_cmd, script_file, server_process, uvicorn_thread  # noqa: F401
 
 # First Conclusion scores 15 (rejected under the default sigma 10), the second 5 (accepted).
 SCRIPT = {
@@ -174,3 +176,195 @@ def test_request_options_do_not_reset_the_servers_base_config():
     with uvicorn_thread(create_app(graph=graph)) as base:
         meta = invoke(base, "budget?", {"metric": "cppl"}).json()["output"]["response_metadata"]
     assert meta["halt_reason"] == "max_steps" and meta["steps"] == 1  # the base budget of 1 still holds
+
+
+# ----- security (issue 12): authentication, identity, hosts, bodies, thread scoping, bounded memory -----
+
+DOCTOR, OTHER = "serve-doctor-token-91c2", "serve-other-token-4d7b"
+LOOKUP_P00002 = 'Tool_Use: EMR_SEARCH\nTool_Input: {"operation": "lookup", "patient_id": "P00002"}'
+
+
+def bearer(token: str) -> dict:
+    return {"Authorization": f"Bearer {token}"}
+
+
+@pytest.fixture(scope="module")
+def secured(tmp_path_factory):
+    """An authenticated in-process server (real uvicorn on loopback) whose scripted model looks up
+    patient P00002 with the real EMR_SEARCH tool."""
+    from tcrag_langgraph.auth import UserDirectory
+    from tcrag_langgraph.tools.emr import default_emr_tool
+
+    from .helpers_servers import users_file
+
+    tmp = tmp_path_factory.mktemp("secured")
+    users = UserDirectory.from_file(users_file(tmp / "users.json", {
+        DOCTOR: {"identity": "dr-lee", "allowed_patient_ids": ["P00002"]},
+        OTHER: {"identity": "dr-other", "allowed_patient_ids": ["P00005"]},
+    }))
+    parts = scripted_components({**SCRIPT, "replies": [LOOKUP_P00002, *SCRIPT["replies"]]})
+    graph = build_graph(**{**parts, "tools": [default_emr_tool()]})
+    with uvicorn_thread(create_app(graph=graph, users=users, max_body_bytes=32 * 1024, max_threads=50)) as base:
+        yield base, parts["model"]
+
+
+def post(base: str, path: str, body, *, token: str | None = DOCTOR, **kw) -> httpx.Response:
+    headers = {**(bearer(token) if token else {}), **kw.pop("headers", {})}
+    if isinstance(body, (bytes, str)):
+        return httpx.post(f"{base}{path}", content=body, headers=headers, timeout=30, **kw)
+    return httpx.post(f"{base}{path}", json=body, headers=headers, timeout=30, **kw)
+
+
+def emr_call(base: str, token: str, thread_id: str) -> dict:
+    thread = httpx.get(f"{base}/tcrag/threads/{thread_id}", headers=bearer(token), timeout=10).json()
+    (frame,) = [f for f in thread["stack"] if f["action"] == "Tool_Use"]
+    return frame
+
+
+def test_no_or_wrong_token_is_refused_and_health_stays_open(secured):
+    base, model = secured
+    before = len(model.calls)
+    for headers in ({}, bearer("wrong"), bearer(DOCTOR + "x"), {"X-API-Key": DOCTOR[:-1]}, {"Authorization": DOCTOR}):
+        r = httpx.post(f"{base}/tcrag/invoke", json={"input": chat("q?")}, headers=headers, timeout=10)
+        assert r.status_code == 401 and r.headers["www-authenticate"] == "Bearer", headers
+        assert httpx.get(f"{base}/tcrag/threads/x", headers=headers, timeout=10).status_code == 401
+    assert httpx.get(f"{base}/healthz", timeout=10).json()["ok"] and len(model.calls) == before  # no run started
+    r = httpx.post(f"{base}/tcrag/invoke", json={"input": chat("key?")}, headers={"X-API-Key": DOCTOR}, timeout=30)
+    assert r.status_code == 200, r.text
+
+
+def test_client_cannot_send_an_identity_and_the_authenticated_user_is_the_caller(secured):
+    base, _ = secured
+    forged = [{"caller": {"user_id": "anyone", "allowed_patient_ids": ["P00002"]}},
+              {"langgraph_auth_user": {"identity": "dr-lee", "permissions": ["patient:P00002"]}},
+              {"tcrag_caller": {"user_id": "anyone", "allowed_patient_ids": ["P00002"]}}]
+    for configurable in forged:
+        r = post(base, "/tcrag/invoke", {"input": chat("Summarise P00002"), "config": {"configurable": configurable}},
+                 token=OTHER)
+        assert r.status_code == 422 and next(iter(configurable)) in r.text
+    assert post(base, "/tcrag/invoke", {"input": chat("Summarise P00002"),
+                                        "config": {"configurable": {"thread_id": "emr"}}}, token=OTHER).status_code == 200
+    denied = emr_call(base, OTHER, "emr")  # dr-other may see P00005 only
+    assert denied["tool_call"]["is_error"] and denied["tool_call"]["error_kind"] == "forbidden"
+    assert post(base, "/tcrag/invoke", {"input": chat("Summarise P00002"),
+                                        "config": {"configurable": {"thread_id": "emr"}}}).status_code == 200
+    allowed = emr_call(base, DOCTOR, "emr")  # same client thread id, but dr-lee's own thread
+    assert not allowed["tool_call"]["is_error"], allowed
+    assert "P00002" in allowed["tool_call"]["observation"]
+
+
+def test_threads_are_scoped_to_the_principal(secured):
+    base, _ = secured
+    body = {"input": chat("mine?"), "config": {"configurable": {"thread_id": "shared-name"}}}
+    assert post(base, "/tcrag/invoke", body).status_code == 200
+    assert httpx.get(f"{base}/tcrag/threads/shared-name", headers=bearer(OTHER), timeout=10).status_code == 404
+    assert post(base, "/tcrag/invoke", {**body, "input": chat("intruding?")}, token=OTHER).status_code == 200
+    mine = httpx.get(f"{base}/tcrag/threads/shared-name", headers=bearer(DOCTOR), timeout=10).json()
+    theirs = httpx.get(f"{base}/tcrag/threads/shared-name", headers=bearer(OTHER), timeout=10).json()
+    assert [m["content"] for m in mine["messages"] if m["type"] == "human"] == ["mine?"]
+    assert [m["content"] for m in theirs["messages"] if m["type"] == "human"] == ["intruding?"]
+
+
+def test_foreign_host_header_is_refused(secured):
+    base, _ = secured
+    r = httpx.post(f"{base}/tcrag/invoke", json={"input": chat("q?")}, headers={**bearer(DOCTOR), "Host": "evil.example"},
+                   timeout=10)
+    assert r.status_code == 400
+    assert httpx.get(f"{base}/healthz", headers={"Host": "rebind.attacker.test:80"}, timeout=10).status_code == 400
+    assert httpx.get(f"{base}/healthz", headers={"Host": "localhost"}, timeout=10).status_code == 200
+
+
+def test_malformed_bodies_get_clean_4xx_before_any_run(secured):
+    base, model = secured
+    calls_before = len(model.calls)
+    good = json.dumps({"input": chat("q?")})
+    cases = [
+        (post(base, "/tcrag/invoke", good, headers={"content-type": "text/plain"}), 415),
+        (post(base, "/tcrag/invoke", good, headers={"content-type": "application/x-www-form-urlencoded"}), 415),
+        (post(base, "/tcrag/invoke", good.encode(), headers={}), 415),  # no content type
+        (post(base, "/tcrag/invoke", json.dumps({"input": chat("x" * 40_000)}),
+              headers={"content-type": "application/json"}), 413),
+        (post(base, "/tcrag/invoke", "{not json", headers={"content-type": "application/json"}), 400),
+        (post(base, "/tcrag/invoke", b'{"input": "\xff\xfe"}', headers={"content-type": "application/json"}), 400),
+        (post(base, "/tcrag/invoke", "[" * 5000 + "]" * 5000, headers={"content-type": "application/json"}), 422),
+        (post(base, "/tcrag/invoke", '{"input": ' + "[" * 40 + "]" * 40 + "}",
+              headers={"content-type": "application/json"}), 422),
+        (post(base, "/tcrag/invoke", '{"input": {"messages": [{"type": "human", "content": "bad \\ud800 text"}]}}',
+              headers={"content-type": "application/json"}), 422),
+    ]
+    assert [r.status_code for r, _ in cases] == [status for _, status in cases], [r.text for r, _ in cases]
+    assert len(model.calls) == calls_before  # nothing reached the agent
+    ok = post(base, "/tcrag/invoke", good, headers={"content-type": "application/json; charset=utf-8"})
+    assert ok.status_code == 200, ok.text
+
+
+def test_batch_honours_each_items_config(secured):
+    base, _ = secured
+    r = post(base, "/tcrag/batch", {"inputs": [chat("alpha?"), chat("beta?")],
+                                    "config": [{"configurable": {"sigma": 20, "thread_id": "b1"}},
+                                               {"configurable": {"thread_id": "b2"}}]})
+    assert r.status_code == 200, r.text
+    metas = [o["response_metadata"] for o in r.json()["output"]]
+    assert [m["sigma"] for m in metas] == [20.0, 10.0]
+    assert [o["content"] for o in r.json()["output"]] == ["first answer to alpha?", "second answer to beta?"]
+    for tid, question in (("b1", "alpha?"), ("b2", "beta?")):
+        thread = httpx.get(f"{base}/tcrag/threads/{tid}", headers=bearer(DOCTOR), timeout=10).json()
+        assert thread["question"] == question
+
+
+def test_in_memory_threads_are_bounded():
+    from tcrag_langgraph.serve import BoundedMemorySaver
+
+    graph = scripted_graph(SCRIPT)
+    with uvicorn_thread(create_app(graph=graph, max_threads=3)) as base:
+        for i in range(8):
+            assert invoke(base, f"q{i}?", {"thread_id": f"t{i}"}).status_code == 200
+        saver = graph.checkpointer
+        assert isinstance(saver, BoundedMemorySaver) and saver.thread_count == 3
+        assert httpx.get(f"{base}/tcrag/threads/t0", timeout=10).status_code == 404  # the oldest was dropped
+        assert httpx.get(f"{base}/tcrag/threads/t7", timeout=10).status_code == 200
+    with pytest.raises(ValueError, match="max_threads"):
+        BoundedMemorySaver(max_threads=0)
+
+
+def test_exposure_rules_and_cli_refuses_public_bind_without_auth(tmp_path):
+    import subprocess
+
+    from tcrag_langgraph.serve import check_exposure
+
+    assert check_exposure("127.0.0.1", authenticated=False) is None
+    assert check_exposure("::1", authenticated=False) is None and check_exposure("localhost", authenticated=False) is None
+    for host in ("0.0.0.0", "192.168.1.5", "::", "example.org"):
+        with pytest.raises(ValueError, match="without authentication"):
+            check_exposure(host, authenticated=False)
+    assert "WARNING" in check_exposure("0.0.0.0", authenticated=True)
+    assert check_exposure("10.0.0.2", authenticated=True) is None
+    out = subprocess.run(python_cmd("-m", "tcrag_langgraph.cli", "serve", "--host", "0.0.0.0", "--no-tools",
+                                    "--scripted", str(script_file(tmp_path / "s.json", SCRIPT))),
+                         capture_output=True, text=True, timeout=120, env={**os.environ, "TCRAG_AUTH_USERS": "", "COLUMNS": "400"})
+    assert out.returncode != 0 and "without authentication" in out.stderr
+
+
+@pytest.mark.slow
+def test_soak_memory_stays_flat_over_500_requests(tmp_path):
+    """A real `tcrag serve` subprocess; each request a fresh thread with a ~19k-character question
+    (the issue's figure: +300 MB over 200 such requests before the store was bounded)."""
+    import psutil
+
+    port = free_port()
+    cmd = python_cmd("-m", "tcrag_langgraph.cli", "serve", "--port", str(port), "--no-tools", "--max-threads", "50",
+                     "--scripted", str(script_file(tmp_path / "script.json", SCRIPT)), "--log-level", "warning")
+    question = ("Which drug? " * 1600)[:19_000]
+    rss = {}
+    with server_process(cmd, ready_url=f"http://127.0.0.1:{port}/healthz", log=tmp_path / "soak.log", timeout=90) as proc:
+        base = f"http://127.0.0.1:{port}"
+        server = psutil.Process(proc.pid)
+        with httpx.Client(timeout=30) as client:
+            for i in range(1, 501):
+                r = client.post(f"{base}/tcrag/invoke", json={"input": chat(f"{i} {question}")})
+                assert r.status_code == 200, r.text
+                if i in (100, 500):
+                    rss[i] = server.memory_info().rss
+    growth_mb = (rss[500] - rss[100]) / 2**20
+    print(f"soak RSS after 100: {rss[100] / 2**20:.1f} MB, after 500: {rss[500] / 2**20:.1f} MB (+{growth_mb:.1f} MB)")
+    assert growth_mb < 25, rss
