@@ -22,10 +22,10 @@ import ast
 import difflib
 import json
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Iterable, Optional, Sequence
 
-from .state import Action
+from .state import Action, ParsedAction
 
 __all__ = ["ParsedAction", "ActionParseError", "parse_action", "format_instructions"]
 
@@ -33,14 +33,6 @@ __all__ = ["ParsedAction", "ActionParseError", "parse_action", "format_instructi
 class ActionParseError(ValueError):
     """The model output holds no usable action. ``str(err)`` is a message for the model."""
 
-
-@dataclass(frozen=True)
-class ParsedAction:
-    action: Action
-    content: str = ""
-    tool: Optional[str] = None
-    tool_input: Any = None
-    repairs: tuple[str, ...] = field(default_factory=tuple)
 
 
 # Label spellings (normalised: lower case, "_" for any run of space/underscore/hyphen) -> role.

@@ -76,22 +76,9 @@ def _quiet_library_progress() -> None:
 
 def result_dict(state: dict[str, Any]) -> dict[str, Any]:
     """The machine-readable result of a run (what ``tcrag ask --json`` prints)."""
-    return {
-        "question": state.get("question"),
-        "answer": state.get("answer"),
-        "answer_validated": bool(state.get("answer_validated")),
-        "halt_reason": state.get("halt_reason"),
-        "error": state.get("error"),
-        "metric": state.get("metric"),
-        "sigma": state.get("sigma"),
-        "state_value": state.get("state_value"),
-        "steps": state.get("steps"),
-        "llm_calls": state.get("llm_calls"),
-        "tool_calls": state.get("tool_calls"),
-        "token_usage": state.get("token_usage"),
-        "stack": [f.model_dump(mode="json") for f in state.get("stack", [])],
-        "trace": [e.model_dump(mode="json") for e in state.get("trace", [])],
-    }
+    from .result import RunResult
+
+    return RunResult.from_state(state).to_json_dict()
 
 
 @app.command()

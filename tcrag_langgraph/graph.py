@@ -19,10 +19,8 @@ Example:
 
 from __future__ import annotations
 
-import concurrent.futures
 import json
 import re
-import time
 from typing import Any, Callable, Literal, Optional, Sequence
 
 from langchain_core.callbacks.manager import dispatch_custom_event
@@ -35,27 +33,24 @@ from langgraph.graph import END, START, StateGraph
 from langgraph.runtime import Runtime
 from langgraph.types import Command, interrupt
 
+from . import transitions
 from .actions import ActionParseError, format_instructions, parse_action
+from .auth import caller_for_run
 from .config import CALLER_KEY, TCRAGConfig, resolve_config
 from .prompting import demonstrations, message_text, system_prompt, turn_text
+from .result import RunResult
 from .scoring import StateScorer
-from .state import Action, Frame, TCRAGState, ToolCallRecord, TraceEvent, pop, push, render_stack, replace_top
-from .tools.tokens import count_tokens, trim_to_tokens
+from .state import TCRAGState, ToolCallRecord, TraceEvent, render_stack
+from .tools.layer import invoke_tool, is_tool_error
+from .tools.tokens import count_tokens
+from .transitions import HaltReason, Machine, Transition
 
 __all__ = ["build_graph", "question_problem", "EVENT_NAME", "NODE_NAMES", "HALT_REASONS"]
 
 #: Name of the custom events (``stream_mode="custom"`` payload ``type`` and ``astream_events`` name).
 EVENT_NAME = "tcrag"
 NODE_NAMES = ("Start", "Generate", "Thought", "Plan", "Tool_Use", "Summary", "Backtrack", "Conclusion", "Human_Review")
-HALT_REASONS = (
-    "validated",  # Conclusion accepted with state value < sigma
-    "conclusion_unmonitored",  # state monitor switched off: the model's own Conclusion
-    "max_steps",  # step budget spent; the answer is the top frame, unverified
-    "format_error",  # no parseable action after the allowed re-prompts
-    "model_error",  # the chat model raised
-    "scorer_error",  # the state monitor could not score
-    "invalid_input",  # empty / too long / non-text question
-)
+HALT_REASONS = tuple(reason.value for reason in HaltReason)
 # Generation stops before the model invents a tool result or a new turn. Further actions in the
 # same reply are left to the parser (small models often write an empty label, then the action).
 STOP_SEQUENCES = ["\nTool_Observation:", "\nObservation:", "\nTool_Error:", "\nUser_Query:", "\nBegin!",
@@ -64,7 +59,8 @@ _CONTROL = re.compile(r"[\x00-\x08\x0b-\x0c\x0e-\x1f\x7f]")
 
 
 class _Machine:
-    """Holds the model, tools and scorer; its methods are the graph nodes."""
+    """Holds the model, tools and scorer; its methods are the graph nodes: each one scores or calls
+    what the step needs, applies one rule of :mod:`.transitions` and emits its event."""
 
     def __init__(
         self,
@@ -72,6 +68,8 @@ class _Machine:
         tools: Sequence[BaseTool],
         scorer: Optional[StateScorer | Callable[..., float]],
         config: TCRAGConfig,
+        *,
+        trust_client_identity: bool = False,
     ) -> None:
         self._model = model
         self.tools = {t.name: t for t in tools}
@@ -79,6 +77,7 @@ class _Machine:
             raise ValueError("tool names must be unique")
         self._scorer = scorer
         self.base_config = config
+        self.trust_client_identity = trust_client_identity
 
     # ----- lazily built defaults (the packaged local model) -----
     @property
@@ -112,6 +111,7 @@ class _Machine:
             self.base_config,
             configurable=(config or {}).get("configurable"),
             context=getattr(runtime, "context", None),
+            trust_client_identity=self.trust_client_identity,
         )
 
     # ----- helpers -----
@@ -134,40 +134,41 @@ class _Machine:
         state: TCRAGState,
         config: RunnableConfig,
         *,
-        reason: str,
+        reason: HaltReason,
         answer: Optional[str],
         validated: bool,
         error: Optional[str] = None,
         extra: Optional[dict[str, Any]] = None,
     ) -> Command:
         update: dict[str, Any] = dict(extra or {})
-        stack = update.get("stack", state.get("stack", []))
-        steps = update.get("steps", state.get("steps", 0))
-        value = update.get("state_value", state.get("state_value"))
-        trace_state = {**state, "trace": update.get("trace", state.get("trace", []))}
+        final = {**state, **update}
         event = TraceEvent(
-            step=steps, action="Halt", op="halt", content=answer or "", stack_depth=len(stack),
-            state_value=value, detail=reason if error is None else f"{reason}: {error}",
+            step=final.get("steps", 0), action="Halt", op="halt", content=answer or "",
+            stack_depth=len(final.get("stack", [])), state_value=final.get("state_value"),
+            detail=reason.value if error is None else f"{reason.value}: {error}",
         )
-        text = answer if answer else f"No answer: {error or reason}"
-        update.update(
-            trace=self.record(trace_state, config, event),
-            answer=answer,
-            answer_validated=validated,
-            halt_reason=reason,
-            error=error,
-            pending_action=None,
-            messages=[
-                AIMessage(
-                    content=text,
-                    response_metadata={
-                        "answer_validated": validated, "halt_reason": reason,
-                        "state_value": value, "sigma": state.get("sigma"),
-                    },
-                )
-            ],
-        )
+        update.update(trace=self.record(final, config, event), answer=answer, answer_validated=validated,
+                      halt_reason=reason.value, error=error, pending_action=None)
+        result = RunResult.from_state({**final, **update})
+        update["messages"] = [AIMessage(content=result.text, response_metadata=result.metadata())]
         return Command(goto=END, update=update)
+
+    def fail(self, state: TCRAGState, config: RunnableConfig, reason: HaltReason, exc: BaseException) -> Command:
+        return self.halt(state, config, reason=reason, answer=None, validated=False,
+                         error=f"{type(exc).__name__}: {exc}")
+
+    def apply(self, state: TCRAGState, config: RunnableConfig, t: Transition) -> dict[str, Any]:
+        """The state update for transition ``t`` (its event emitted live)."""
+        update: dict[str, Any] = {"stack": t.stack, "steps": t.steps, "state_value": t.state_value,
+                                  "pending_action": None, "trace": self.record(state, config, t.event)}
+        if t.state_set:
+            update["state_history"] = [*state.get("state_history", []), {
+                "step": t.steps, "action": t.event.action, "value": t.state_value, "raw": t.scored}]
+        return update
+
+    def monitor(self, state: TCRAGState, cfg: TCRAGConfig, text: str) -> Optional[float]:
+        """The state monitor's value of ``text`` given the question; ``None`` when it is switched off."""
+        return self.score(state["question"], text, cfg.metric) if cfg.enable_state_monitor else None
 
     # ----- nodes -----
     def start(self, state: TCRAGState, config: RunnableConfig, runtime: Runtime) -> Command[Literal["Generate", "__end__"]]:
@@ -181,16 +182,13 @@ class _Machine:
         question, problem = _extract_question(state, cfg)
         if problem is not None:
             # The question of an earlier turn on this thread must not look like this run's.
-            return self.halt({**state, **base}, config, reason="invalid_input", answer=None, validated=False,
-                             error=problem, extra={**base, "question": None})
-        frame = Frame(action=Action.USER_QUERY, content=question, token_count=count_tokens(question),
-                      state_after=cfg.initial_state_value)
-        update = {**base, "question": question, "stack": [frame]}
+            return self.halt({**state, **base}, config, reason=HaltReason.INVALID_INPUT, answer=None,
+                             validated=False, error=problem, extra={**base, "question": None})
+        t = transitions.start(question, initial_state_value=cfg.initial_state_value, sigma=cfg.effective_sigma)
+        update = {**base, "question": question, "stack": t.stack,
+                  "trace": self.record({**state, **base}, config, t.event)}
         if not _last_human_is(state, question):
             update["messages"] = [HumanMessage(content=question)]
-        update["trace"] = self.record({**state, **base}, config, TraceEvent(
-            step=0, action=Action.USER_QUERY.value, op="push", content=question, stack_depth=1,
-            state_value=cfg.initial_state_value))
         return Command(goto="Generate", update=update)
 
     def generate(self, state: TCRAGState, config: RunnableConfig, runtime: Runtime) -> Command[
@@ -199,7 +197,8 @@ class _Machine:
         cfg = self.cfg(config, runtime)
         stack = state["stack"]
         if state.get("steps", 0) >= cfg.max_steps:
-            return self.halt(state, config, reason="max_steps", answer=_unverified_answer(stack), validated=False,
+            return self.halt(state, config, reason=HaltReason.MAX_STEPS, answer=transitions.unverified_answer(stack),
+                             validated=False,
                              error=f"step budget of {cfg.max_steps} actions spent before a validated Conclusion")
         allowed = cfg.allowed_actions(has_tools=bool(self.tools))
         tools = list(self.tools.values())
@@ -213,8 +212,7 @@ class _Machine:
         try:
             reply = self._invoke_model(messages, cfg, config)
         except Exception as exc:  # a model/server failure ends the run cleanly, with the reason
-            return self.halt(state, config, reason="model_error", answer=None, validated=False,
-                             error=f"{type(exc).__name__}: {exc}")
+            return self.fail(state, config, HaltReason.MODEL_ERROR, exc)
         text = message_text(reply.content)
         usage = dict(state.get("token_usage") or {"prompt": 0, "completion": 0})
         usage["prompt"] += sum(count_tokens(message_text(m.content)) for m in messages)
@@ -229,8 +227,9 @@ class _Machine:
                 step=state.get("steps", 0), action="Format_Error", op="format_error", content=text[:500],
                 stack_depth=len(stack), state_value=state.get("state_value"), detail=str(err)))
             if retries > cfg.max_format_retries:
-                return self.halt(state, config, reason="format_error", answer=_unverified_answer(stack),
-                                 validated=False, error=f"no usable action after {retries} tries: {err}",
+                return self.halt(state, config, reason=HaltReason.FORMAT_ERROR,
+                                 answer=transitions.unverified_answer(stack), validated=False,
+                                 error=f"no usable action after {retries} tries: {err}",
                                  extra={**common, "trace": trace, "format_retries": retries})
             feedback = [*state.get("format_feedback", []), {
                 "output": text[:2000] or "(empty)",
@@ -238,10 +237,8 @@ class _Machine:
             }]
             return Command(goto="Generate", update={**common, "trace": trace, "format_retries": retries,
                                                       "format_feedback": feedback})
-        pending = {"action": parsed.action.value, "content": parsed.content, "tool": parsed.tool,
-                   "tool_input": parsed.tool_input, "repairs": list(parsed.repairs)}
         return Command(goto=parsed.action.value,
-                       update={**common, "pending_action": pending, "format_retries": 0, "format_feedback": []})
+                       update={**common, "pending_action": parsed, "format_retries": 0, "format_feedback": []})
 
     def _invoke_model(self, messages: list[BaseMessage], cfg: TCRAGConfig, config: RunnableConfig) -> BaseMessage:
         from .models import LocalChatModel
@@ -255,168 +252,77 @@ class _Machine:
         except TypeError:  # a model that rejects `stop`: observations are still dropped by the parser
             return model.invoke(messages, config=_child_config(config))
 
-    def _step_update(self, state: TCRAGState, config: RunnableConfig, *, stack: list[Frame], event: TraceEvent,
-                     state_value: Optional[float] = None, history_value: Optional[float] = None) -> dict[str, Any]:
-        update: dict[str, Any] = {"stack": stack, "steps": event.step, "pending_action": None,
-                                  "trace": self.record(state, config, event)}
-        if state_value is not None:
-            update["state_value"] = state_value
-        if history_value is not None or state_value is not None:
-            update["state_history"] = [*state.get("state_history", []), {
-                "step": event.step, "action": event.action, "value": state_value if state_value is not None else state.get("state_value"),
-                "raw": history_value}]
-        return update
-
-    def _new_frame(self, action: Action, content: str, step: int, **kw: Any) -> Frame:
-        frame = Frame(action=action, content=content, step=step, **kw)
-        frame.token_count = count_tokens(frame.render())
-        return frame
+    @staticmethod
+    def machine(state: TCRAGState) -> Machine:
+        return Machine(stack=state["stack"], state_value=state["state_value"], sigma=state["sigma"],
+                       steps=state.get("steps", 0))
 
     def thought(self, state: TCRAGState, config: RunnableConfig, runtime: Runtime) -> Command[Literal["Generate", "__end__"]]:
         cfg = self.cfg(config, runtime)
-        content = state["pending_action"]["content"]
-        step = state.get("steps", 0) + 1
-        before = state["state_value"]
-        raw = None
-        after = before
-        if cfg.enable_state_monitor:
-            try:
-                raw = self.score(state["question"], content, cfg.metric)
-            except Exception as exc:
-                return self.halt(state, config, reason="scorer_error", answer=None, validated=False,
-                                 error=f"{type(exc).__name__}: {exc}")
-            after = max(raw, state["sigma"])  # a Thought alone never ends the run
-        frame = self._new_frame(Action.THOUGHT, content, step, state_before=before, state_after=after)
-        stack = push(state["stack"], frame)
-        event = TraceEvent(step=step, action="Thought", op="push", content=content, stack_depth=len(stack),
-                           state_value=after, detail=None if raw is None else f"scored {raw:.4g}")
-        return Command(goto="Generate", update=self._step_update(
-            state, config, stack=stack, event=event, state_value=after, history_value=raw))
+        content = state["pending_action"].content
+        try:
+            score = self.monitor(state, cfg, content)
+        except Exception as exc:
+            return self.fail(state, config, HaltReason.SCORER_ERROR, exc)
+        t = transitions.thought(self.machine(state), content, score=score)
+        return Command(goto="Generate", update=self.apply(state, config, t))
 
     def plan(self, state: TCRAGState, config: RunnableConfig) -> Command[Literal["Generate"]]:
-        content = state["pending_action"]["content"]
-        step = state.get("steps", 0) + 1
-        stack = push(state["stack"], self._new_frame(Action.PLAN, content, step,
-                                                     state_before=state["state_value"], state_after=state["state_value"]))
-        event = TraceEvent(step=step, action="Plan", op="push", content=content, stack_depth=len(stack),
-                           state_value=state["state_value"])
-        return Command(goto="Generate", update=self._step_update(state, config, stack=stack, event=event))
+        t = transitions.plan(self.machine(state), state["pending_action"].content)
+        return Command(goto="Generate", update=self.apply(state, config, t))
 
     def tool_use(self, state: TCRAGState, config: RunnableConfig, runtime: Runtime) -> Command[Literal["Generate"]]:
         cfg = self.cfg(config, runtime)
         pending = state["pending_action"]
-        step = state.get("steps", 0) + 1
-        tool = self.tools[pending["tool"]]
-        tool_input = pending.get("tool_input")
+        tool = self.tools[pending.tool]
+        tool_input = pending.tool_input
         if tool_input is None or tool_input == "":
             tool_input = state["question"]  # the paper's Tool_Use names only the tool: search the query
         record = self._call_tool(tool, tool_input, cfg, config)
-        frame = self._new_frame(Action.TOOL_USE, pending.get("content") or tool.name, step, tool_call=record,
-                                state_before=state["state_value"], state_after=state["state_value"])
-        stack = push(state["stack"], frame)
-        event = TraceEvent(step=step, action="Tool_Use", op="push", content=record.observation,
-                           stack_depth=len(stack), state_value=state["state_value"],
-                           detail=json.dumps({"tool": tool.name, "input": tool_input, "error": record.error_kind},
-                                             ensure_ascii=False, default=str))
-        update = self._step_update(state, config, stack=stack, event=event)
+        detail = json.dumps({"tool": tool.name, "input": tool_input, "error": record.error_kind},
+                            ensure_ascii=False, default=str)
+        t = transitions.tool_use(self.machine(state), record, content=pending.content, detail=detail)
+        update = self.apply(state, config, t)
         update["tool_calls"] = state.get("tool_calls", 0) + 1
         return Command(goto="Generate", update=update)
 
     def _call_tool(self, tool: BaseTool, tool_input: Any, cfg: TCRAGConfig, config: RunnableConfig) -> ToolCallRecord:
-        from .tools.base import ToolError  # tools/ is installed as tcrag_langgraph.tools
-
+        """One real call through the tool layer's pipeline (one deadline, one trim, typed errors)."""
         child = _child_config(config)
-        child["configurable"] = {**child.get("configurable", {}), CALLER_KEY: cfg.caller}
-        pool = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="tcrag-tool")
-        try:
-            future = pool.submit(tool.invoke, tool_input, child)
-            result = future.result(timeout=cfg.tool_timeout_s)
-        except concurrent.futures.TimeoutError:
-            result = ToolError(tool.name, "timeout", f"no answer within {cfg.tool_timeout_s:g} s")
-        except Exception as exc:  # a raising tool is an error frame, never evidence
-            result = ToolError(tool.name, "exception", f"{type(exc).__name__}: {exc}")
-        finally:
-            pool.shutdown(wait=False, cancel_futures=True)
-        if isinstance(result, ToolError):
-            return ToolCallRecord(tool=tool.name, tool_input=tool_input, observation=str(result), is_error=True,
-                                  error_kind=result.kind)
-        observation = message_text(getattr(result, "content", result))
-        if not observation.strip():
-            return ToolCallRecord(tool=tool.name, tool_input=tool_input, is_error=True, error_kind="bad_response",
-                                  observation=f"[{tool.name} error: bad_response] the tool returned nothing")
-        return ToolCallRecord(tool=tool.name, tool_input=tool_input,
-                              observation=trim_to_tokens(observation, cfg.max_observation_tokens))
+        # The authenticated server user, else the trusted config's caller; never the client's words.
+        caller = caller_for_run(config, base=cfg.caller)
+        child["configurable"] = {**child.get("configurable", {}), CALLER_KEY: caller}
+        outcome = invoke_tool(tool, tool_input, config=child, timeout_s=cfg.tool_timeout_s,
+                              max_output_tokens=cfg.max_observation_tokens)
+        if is_tool_error(outcome):
+            return ToolCallRecord(tool=tool.name, tool_input=tool_input, observation=str(outcome), is_error=True,
+                                  error_kind=outcome.kind)
+        return ToolCallRecord(tool=tool.name, tool_input=tool_input, observation=outcome)
 
     def backtrack(self, state: TCRAGState, config: RunnableConfig) -> Command[Literal["Generate"]]:
-        step = state.get("steps", 0) + 1
-        stack = state["stack"]
-        value = state["state_value"]
-        if len(stack) <= 1:
-            event = TraceEvent(step=step, action="Backtrack", op="noop", stack_depth=len(stack), state_value=value,
-                               detail="nothing to pop: the User_Query stays at the bottom")
-            return Command(goto="Generate", update=self._step_update(state, config, stack=stack, event=event))
-        stack, popped = pop(stack)
-        if popped.action is Action.THOUGHT and popped.state_before is not None:
-            value = popped.state_before  # restore the state value from before that Thought
-        event = TraceEvent(step=step, action="Backtrack", op="pop", content=popped.render(), stack_depth=len(stack),
-                           state_value=value, detail=f"popped {popped.action.value}")
-        return Command(goto="Generate", update=self._step_update(
-            state, config, stack=stack, event=event,
-            state_value=value if popped.action is Action.THOUGHT else None))
+        return Command(goto="Generate", update=self.apply(state, config, transitions.backtrack(self.machine(state))))
 
     def summary(self, state: TCRAGState, config: RunnableConfig) -> Command[Literal["Generate"]]:
-        step = state.get("steps", 0) + 1
-        content = state["pending_action"]["content"]
-        stack = state["stack"]
-        value = state["state_value"]
-        if len(stack) <= 1:
-            event = TraceEvent(step=step, action="Summary", op="noop", content=content, stack_depth=len(stack),
-                               state_value=value, detail="nothing to summarise: only the User_Query is on the stack")
-            return Command(goto="Generate", update=self._step_update(state, config, stack=stack, event=event))
-        frame = self._new_frame(Action.SUMMARY, content, step, state_before=value, state_after=value)
-        stack, popped = replace_top(stack, frame)
-        event = TraceEvent(step=step, action="Summary", op="pop+push", content=content, stack_depth=len(stack),
-                           state_value=value, detail=f"replaced {popped.action.value} ({popped.token_count} tokens)")
-        return Command(goto="Generate", update=self._step_update(state, config, stack=stack, event=event))
+        t = transitions.summary(self.machine(state), state["pending_action"].content)
+        return Command(goto="Generate", update=self.apply(state, config, t))
 
     def conclusion(self, state: TCRAGState, config: RunnableConfig, runtime: Runtime) -> Command[
         Literal["Generate", "Human_Review", "__end__"]
     ]:
         cfg = self.cfg(config, runtime)
-        content = state["pending_action"]["content"]
-        step = state.get("steps", 0) + 1
-        before = state["state_value"]
-        sigma = state["sigma"]
-        if not cfg.enable_state_monitor:
-            frame = self._new_frame(Action.CONCLUSION, content, step, state_before=before, state_after=before)
-            stack = push(state["stack"], frame)
-            event = TraceEvent(step=step, action="Conclusion", op="push", content=content, stack_depth=len(stack),
-                               state_value=before, detail="state monitor off: accepted as written")
-            update = self._step_update(state, config, stack=stack, event=event)
-            return self.halt({**state, **update}, config, reason="conclusion_unmonitored", answer=content,
-                             validated=False, extra=update)
+        content = state["pending_action"].content
         try:
-            f = self.score(state["question"], content, cfg.metric)
+            score = self.monitor(state, cfg, content)
         except Exception as exc:
-            return self.halt(state, config, reason="scorer_error", answer=None, validated=False,
-                             error=f"{type(exc).__name__}: {exc}")
-        if f < sigma:
-            frame = self._new_frame(Action.CONCLUSION, content, step, state_before=before, state_after=f)
-            stack = push(state["stack"], frame)
-            event = TraceEvent(step=step, action="Conclusion", op="push", content=content, stack_depth=len(stack),
-                               state_value=f, detail=f"accepted: {f:.4g} < sigma {sigma:g}")
-            update = self._step_update(state, config, stack=stack, event=event, state_value=f, history_value=f)
-            if cfg.require_review:
-                return Command(goto="Human_Review", update=update)
-            return self.halt({**state, **update}, config, reason="validated", answer=content, validated=True,
-                             extra=update)
-        # Rejected: the Conclusion becomes a Thought and its value the state (Algorithm 1, line 12).
-        frame = self._new_frame(Action.THOUGHT, content, step, state_before=before, state_after=f)
-        stack = push(state["stack"], frame)
-        event = TraceEvent(step=step, action="Conclusion", op="reject", content=content, stack_depth=len(stack),
-                           state_value=f, detail=f"rejected: {f:.4g} >= sigma {sigma:g}; kept as a Thought")
-        return Command(goto="Generate", update=self._step_update(
-            state, config, stack=stack, event=event, state_value=f, history_value=f))
+            return self.fail(state, config, HaltReason.SCORER_ERROR, exc)
+        t = transitions.conclusion(self.machine(state), content, score=score)
+        update = self.apply(state, config, t)
+        if t.halt is None:  # rejected: kept as a Thought, the loop goes on
+            return Command(goto="Generate", update=update)
+        if t.halt is HaltReason.VALIDATED and cfg.require_review:
+            return Command(goto="Human_Review", update=update)
+        return self.halt({**state, **update}, config, reason=t.halt, answer=t.answer,
+                         validated=t.halt is HaltReason.VALIDATED, extra=update)
 
     def human_review(self, state: TCRAGState, config: RunnableConfig) -> Command[Literal["Generate", "__end__"]]:
         top = state["stack"][-1]
@@ -427,16 +333,10 @@ class _Machine:
         })
         approved, feedback = _review_decision(decision)
         if approved:
-            return self.halt(state, config, reason="validated", answer=top.content, validated=True)
-        stack, popped = pop(state["stack"])
-        value = max(state["state_value"], state["sigma"])
-        note = popped.content if not feedback else f"{popped.content}\n(Reviewer rejected this: {feedback})"
-        frame = self._new_frame(Action.THOUGHT, note, popped.step, state_before=popped.state_before, state_after=value)
-        stack = push(stack, frame)
-        event = TraceEvent(step=state["steps"], action="Human_Review", op="reject", content=note,
-                           stack_depth=len(stack), state_value=value, detail="rejected by the human reviewer")
-        return Command(goto="Generate", update={"stack": stack, "state_value": value,
-                                                "trace": self.record(state, config, event)})
+            return self.halt(state, config, reason=HaltReason.VALIDATED, answer=top.content, validated=True)
+        t = transitions.review_reject(self.machine(state), feedback)
+        return Command(goto="Generate", update={"stack": t.stack, "state_value": t.state_value,
+                                                "trace": self.record(state, config, t.event)})
 
 
 def _review_decision(decision: Any) -> tuple[bool, Optional[str]]:
@@ -454,18 +354,6 @@ def _child_config(config: RunnableConfig) -> dict[str, Any]:
     child = {k: config[k] for k in keep if config and k in config}
     child["configurable"] = {k: v for k, v in (config or {}).get("configurable", {}).items() if not k.startswith("__")}
     return child
-
-
-_ANSWER_FRAMES = (Action.CONCLUSION, Action.THOUGHT, Action.SUMMARY)
-
-
-def _unverified_answer(stack: list[Frame]) -> Optional[str]:
-    """The answer of a run that did not validate: the top-most text the model wrote itself
-    (Algorithm 1 returns top(M); a tool observation or the question is never an answer)."""
-    for frame in reversed(stack[1:]):
-        if frame.action in _ANSWER_FRAMES:
-            return frame.content
-    return None
 
 
 def _last_human_is(state: TCRAGState, question: str) -> bool:
@@ -513,6 +401,7 @@ def build_graph(
     checkpointer: Any = None,
     store: Any = None,
     name: str = "tcrag",
+    trust_client_identity: bool = False,
 ):
     """Build and compile the TC-RAG graph.
 
@@ -523,9 +412,13 @@ def build_graph(
             local causal LM (the packaged model, shared with the default generator).
         config: :class:`TCRAGConfig` (or a dict of its fields); overridable per run through
             ``context=`` or ``config["configurable"]``.
-        checkpointer: a LangGraph checkpointer (e.g. ``SqliteSaver``) for durable, resumable runs;
-            give it ``serde=tcrag_langgraph.checkpoint_serde()`` so the typed frames restore without
-            "unregistered type" warnings.
+        checkpointer: a LangGraph checkpointer (e.g. ``SqliteSaver``) for durable, resumable runs.
+            Give it ``serde=tcrag_langgraph.checkpoint_serde()``: that serializer restores only
+            TC-RAG's own state types and LangGraph's, so a tampered checkpoint database cannot make
+            it construct arbitrary objects (LangGraph's default serializer executed code from one).
+        trust_client_identity: let a run's ``context`` / ``configurable`` set ``caller`` (the
+            identity handed to tools such as EMR_SEARCH). Off by default: those are written by the
+            client. Turn it on only in-process, when your own code builds the context.
 
     Returns:
         A compiled graph: ``invoke({"question": ...})`` or ``invoke({"messages": [...]})``.
@@ -537,7 +430,7 @@ def build_graph(
             raise TypeError(f"tools must be LangChain BaseTool instances, got {type(tool).__name__}")
     if model is not None and not isinstance(model, BaseChatModel):
         raise TypeError(f"model must be a LangChain chat model (BaseChatModel), got {type(model).__name__}")
-    machine = _Machine(model, tools, scorer, cfg)
+    machine = _Machine(model, tools, scorer, cfg, trust_client_identity=trust_client_identity)
     builder = StateGraph(TCRAGState, context_schema=TCRAGConfig)
     builder.add_node("Start", machine.start)
     builder.add_node("Generate", machine.generate)
@@ -549,7 +442,4 @@ def build_graph(
     builder.add_node("Conclusion", machine.conclusion)
     builder.add_node("Human_Review", machine.human_review)
     builder.add_edge(START, "Start")
-    graph = builder.compile(checkpointer=checkpointer, store=store, name=name)
-    graph.tcrag_config = cfg  # type: ignore[attr-defined]
-    graph.tcrag_tools = tools  # type: ignore[attr-defined]
-    return graph
+    return builder.compile(checkpointer=checkpointer, store=store, name=name)

@@ -35,6 +35,7 @@ from langchain_core.runnables import Runnable, RunnableConfig, RunnableLambda
 from pydantic import BaseModel, Field
 
 from .graph import EVENT_NAME
+from .result import RunResult
 
 __all__ = ["ChatInput", "to_graph_input", "to_ai_message", "as_chat_runnable", "tcrag_events", "checkpoint_serde", "STATE_TYPES"]
 
@@ -80,15 +81,8 @@ def to_ai_message(state: Mapping[str, Any]) -> AIMessage:
     A run paused for human review (``__interrupt__``) has no answer yet: that is reported in the
     metadata (``halt_reason='awaiting_review'``) rather than hidden.
     """
-    facts = {
-        "answer_validated": bool(state.get("answer_validated")),
-        "halt_reason": state.get("halt_reason"),
-        "state_value": state.get("state_value"),
-        "sigma": state.get("sigma"),
-        "metric": state.get("metric"),
-        "steps": state.get("steps"),
-        "stack": [f.action.value for f in state.get("stack") or []],
-    }
+    result = RunResult.from_state(state)
+    facts = result.metadata()
     if state.get("__interrupt__"):
         facts["halt_reason"] = "awaiting_review"
         return AIMessage(content="(waiting for human review)", response_metadata=facts)
@@ -96,9 +90,7 @@ def to_ai_message(state: Mapping[str, Any]) -> AIMessage:
     last = messages[-1] if messages else None
     if isinstance(last, AIMessage):
         return AIMessage(content=last.content, id=last.id, response_metadata={**last.response_metadata, **facts})
-    answer = state.get("answer")
-    return AIMessage(content=answer if answer is not None else f"No answer: {state.get('error')}",
-                     response_metadata=facts)
+    return AIMessage(content=result.text, response_metadata=facts)
 
 
 def as_chat_runnable(graph: Runnable, *, name: str = "tcrag_chat") -> Runnable:
@@ -150,6 +142,7 @@ def tcrag_events(chunks: Iterable[Any]) -> Iterator[dict[str, Any]]:
 
 #: The pydantic types TC-RAG keeps in graph state (stack frames, trace events).
 STATE_TYPES = (("tcrag_langgraph.state", "Action"), ("tcrag_langgraph.state", "Frame"),
+               ("tcrag_langgraph.state", "ParsedAction"),
                ("tcrag_langgraph.state", "ToolCallRecord"), ("tcrag_langgraph.state", "TraceEvent"))
 
 

@@ -1,13 +1,15 @@
 """Frames, the memory stack and the graph state of the TC-RAG stack machine.
 
-The stack rules of Algorithm 1 (paper appendix 8.6) live here and nowhere else: the graph, the
-baselines and the ablations all call :func:`push`, :func:`pop` and :func:`replace_top`.
+The stack operations (:func:`push`, :func:`pop`, :func:`replace_top`) keep the stack's invariant (the
+User_Query stays at the bottom); the rules of Algorithm 1 that use them, with the state value, are
+in :mod:`.transitions`.
 """
 
 from __future__ import annotations
 
 from enum import Enum
-from typing import Annotated, Any, Optional
+from dataclasses import dataclass, field
+from typing import Annotated, Any, Literal, Optional
 
 from langchain_core.messages import AnyMessage
 from langgraph.graph.message import add_messages
@@ -19,6 +21,8 @@ __all__ = [
     "Frame",
     "ToolCallRecord",
     "TraceEvent",
+    "TraceOp",
+    "ParsedAction",
     "TCRAGState",
     "StackError",
     "push",
@@ -38,6 +42,18 @@ class Action(str, Enum):
     SUMMARY = "Summary"
     BACKTRACK = "Backtrack"
     CONCLUSION = "Conclusion"
+
+
+@dataclass(frozen=True)
+class ParsedAction:
+    """One action parsed from the model's reply (:func:`tcrag_langgraph.actions.parse_action`),
+    kept typed until a graph node applies it."""
+
+    action: Action
+    content: str = ""
+    tool: Optional[str] = None
+    tool_input: Any = None
+    repairs: tuple[str, ...] = field(default_factory=tuple)
 
 
 class ToolCallRecord(BaseModel):
@@ -71,12 +87,17 @@ class Frame(BaseModel):
         return f"{self.action.value}: {self.content}"
 
 
+#: What a step did: push / pop / pop+push (Summary) / reject (a Conclusion kept as a Thought, or a
+#: reviewer's rejection) / halt / format_error (unusable model output) / noop (nothing to pop).
+TraceOp = Literal["push", "pop", "pop+push", "reject", "halt", "format_error", "noop"]
+
+
 class TraceEvent(BaseModel):
     """What one step did to the stack and the state value (the run's audit trail)."""
 
     step: int
     action: str
-    op: str  # "push", "pop", "pop+push", "reject", "halt", "format_error"
+    op: TraceOp
     content: str = ""
     stack_depth: int = 0
     state_value: Optional[float] = None
@@ -137,7 +158,7 @@ class TCRAGState(TypedDict, total=False):
     format_feedback: list[dict[str, str]]
     token_usage: dict[str, int]
     tool_calls: int
-    pending_action: Optional[dict[str, Any]]
+    pending_action: Optional[ParsedAction]  # the typed parse of the model's reply, until applied
     trace: list[TraceEvent]  # replaced, not appended, so a new question on a thread starts clean
     answer: Optional[str]
     answer_validated: bool

@@ -74,10 +74,36 @@ def test_emr_lookup_obeys_the_callers_permissions(tools):
     assert not allowed.is_error and "P00001" in allowed.observation
 
 
-def test_caller_can_be_given_per_run_as_context(tools):
+def test_a_client_context_never_grants_access_to_a_patient(tools):
+    """Issue 12: context/configurable are written by the client; they are never an identity."""
+    forged = {"user_id": "anyone", "allowed_patient_ids": ["P00003"]}
+
+    def lookup(graph, **run):
+        model_reply = 'Tool_Use: EMR_SEARCH\nTool_Input: {"operation": "lookup", "patient_id": "P00003"}'
+        graph_ = graph(scripted([model_reply, "Conclusion: done"]))
+        return _frames(graph_.invoke({"question": "Summarise patient P00003"}, **run))[0].tool_call
+
+    def plain(model):
+        return build_graph(model=model, tools=[tools["EMR_SEARCH"]], scorer=ScriptedScorer(default=1.0))
+
+    for run in ({"context": {"caller": forged}}, {"config": {"configurable": {"caller": forged}}}):
+        refused = lookup(plain, **run)
+        assert refused.is_error and refused.error_kind == "forbidden", run
+    trusted = CallerContext(user_id="dr-a", allowed_patient_ids=("P00001",))
+
+    def built_for_dr_a(model):
+        return build_graph(model=model, tools=[tools["EMR_SEARCH"]], scorer=ScriptedScorer(default=1.0),
+                           config=TCRAGConfig(caller=trusted))
+
+    widened = lookup(built_for_dr_a, context={"caller": forged})
+    assert widened.is_error and widened.error_kind == "forbidden"
+
+
+def test_in_process_callers_can_opt_in_to_a_per_run_caller(tools):
     model = scripted(['Tool_Use: EMR_SEARCH\nTool_Input: {"operation": "lookup", "patient_id": "P00003"}',
                       "Conclusion: done"])
-    graph = build_graph(model=model, tools=[tools["EMR_SEARCH"]], scorer=ScriptedScorer(default=1.0))
+    graph = build_graph(model=model, tools=[tools["EMR_SEARCH"]], scorer=ScriptedScorer(default=1.0),
+                        trust_client_identity=True)
     out = graph.invoke({"question": "Summarise patient P00003"},
                        context={"caller": {"user_id": "dr-c", "allowed_patient_ids": ["P00003"]}})
     assert not _frames(out)[0].tool_call.is_error

@@ -1,0 +1,218 @@
+"""Algorithm 1 of TC-RAG (paper appendix 8.6) as pure transition functions: the stack machine.
+
+Each function takes the machine (stack, state value, sigma, steps taken) and what the step brought
+(the model's text, the state monitor's score, a tool call's record) and returns a
+:class:`Transition`: the new stack, the new state value, the trace event and, if the run ends, why.
+Nothing here calls a model, a scorer, a tool or LangGraph; the graph nodes (:mod:`.graph`) score,
+apply one of these and emit the event. Every rule of the algorithm lives here and nowhere else:
+
+==============  ==================================================================================
+Thought         push; ``s <- max(score, sigma)`` (a Thought alone never ends the run)
+Plan            push; ``s`` unchanged
+Tool_Use        push one frame holding the real call and its observation or error; ``s`` unchanged
+Backtrack       pop the top frame (never the User_Query); a popped Thought restores ``s`` from before it
+Summary         pop the top frame, push the summary; ``s`` unchanged
+Conclusion      ``f = score``; ``f < sigma``: push and halt (validated); else kept as a Thought, ``s <- f``
+review reject   the accepted Conclusion becomes a Thought again; ``s <- max(s, sigma)``
+step budget     halt unvalidated; the answer is the top-most text the model wrote itself
+==============  ==================================================================================
+
+Example:
+    >>> m = start("Is aspirin an NSAID?", initial_state_value=1e9, sigma=10).machine()
+    >>> t = conclusion(m, "Yes.", score=3.2)
+    >>> t.halt, t.state_value, [f.action.value for f in t.stack]
+    (<HaltReason.VALIDATED: 'validated'>, 3.2, ['User_Query', 'Conclusion'])
+    >>> conclusion(m, "Maybe.", score=12.0).event.op
+    'reject'
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import Enum
+from typing import Optional
+
+from .state import Action, Frame, StackError, ToolCallRecord, TraceEvent, pop, push, replace_top
+from .tools.tokens import count_tokens
+
+__all__ = [
+    "HaltReason",
+    "Machine",
+    "Transition",
+    "start",
+    "thought",
+    "plan",
+    "tool_use",
+    "backtrack",
+    "summary",
+    "conclusion",
+    "review_reject",
+    "unverified_answer",
+]
+
+
+class HaltReason(str, Enum):
+    """Why a run ended."""
+
+    VALIDATED = "validated"  # Conclusion accepted with state value < sigma
+    CONCLUSION_UNMONITORED = "conclusion_unmonitored"  # monitor off: the model's own Conclusion
+    MAX_STEPS = "max_steps"  # step budget spent; the answer is unverified
+    FORMAT_ERROR = "format_error"  # no parseable action after the allowed re-prompts
+    MODEL_ERROR = "model_error"  # the chat model raised
+    SCORER_ERROR = "scorer_error"  # the state monitor could not score
+    INVALID_INPUT = "invalid_input"  # empty / too long / non-text question
+
+
+@dataclass(frozen=True)
+class Machine:
+    """What Algorithm 1 reads: the stack, the state value ``s``, sigma and the actions taken so far."""
+
+    stack: list[Frame]
+    state_value: float
+    sigma: float
+    steps: int = 0
+
+
+@dataclass(frozen=True)
+class Transition:
+    """The result of one step. ``scored`` is the monitor's raw value (for the state history)."""
+
+    stack: list[Frame]
+    state_value: float
+    event: TraceEvent
+    steps: int
+    sigma: float
+    scored: Optional[float] = None
+    halt: Optional[HaltReason] = None
+    state_set: bool = False  # the step (re)set the state value: it enters the state history
+
+    @property
+    def answer(self) -> Optional[str]:
+        """The accepted Conclusion when the step validated it, else ``None``."""
+        if self.halt in (HaltReason.VALIDATED, HaltReason.CONCLUSION_UNMONITORED):
+            return self.stack[-1].content
+        return None
+
+    def machine(self) -> Machine:
+        return Machine(stack=self.stack, state_value=self.state_value, sigma=self.sigma, steps=self.steps)
+
+
+def _frame(action: Action, content: str, step: int, *, before: Optional[float], after: float,
+           tool_call: Optional[ToolCallRecord] = None) -> Frame:
+    frame = Frame(action=action, content=content, step=step, state_before=before, state_after=after,
+                  tool_call=tool_call)
+    frame.token_count = count_tokens(frame.render())
+    return frame
+
+
+def _step(m: Machine, stack: list[Frame], value: float, action: str, op: str, *, content: str = "",
+          detail: Optional[str] = None, scored: Optional[float] = None,
+          halt: Optional[HaltReason] = None, state_set: bool = False) -> Transition:
+    step = m.steps + 1
+    event = TraceEvent(step=step, action=action, op=op, content=content, stack_depth=len(stack),
+                       state_value=value, detail=detail)
+    return Transition(stack=stack, state_value=value, event=event, steps=step, sigma=m.sigma, scored=scored,
+                      halt=halt, state_set=state_set)
+
+
+def start(question: str, *, initial_state_value: float, sigma: float) -> Transition:
+    """Push the User_Query at the bottom; ``s`` starts at a large value."""
+    frame = Frame(action=Action.USER_QUERY, content=question, token_count=count_tokens(question),
+                  state_after=initial_state_value)
+    stack = push([], frame)
+    event = TraceEvent(step=0, action=Action.USER_QUERY.value, op="push", content=question, stack_depth=1,
+                       state_value=initial_state_value)
+    return Transition(stack=stack, state_value=initial_state_value, event=event, steps=0, sigma=sigma)
+
+
+def thought(m: Machine, content: str, *, score: Optional[float]) -> Transition:
+    """Push a Thought. ``score=None`` (monitor off) leaves ``s`` as it is."""
+    after = m.state_value if score is None else max(score, m.sigma)
+    frame = _frame(Action.THOUGHT, content, m.steps + 1, before=m.state_value, after=after)
+    return _step(m, push(m.stack, frame), after, "Thought", "push", content=content, scored=score,
+                 detail=None if score is None else f"scored {score:.4g}", state_set=True)
+
+
+def plan(m: Machine, content: str) -> Transition:
+    frame = _frame(Action.PLAN, content, m.steps + 1, before=m.state_value, after=m.state_value)
+    return _step(m, push(m.stack, frame), m.state_value, "Plan", "push", content=content)
+
+
+def tool_use(m: Machine, record: ToolCallRecord, *, content: str = "", detail: Optional[str] = None) -> Transition:
+    """Push one frame holding the real call and what it returned (an error stays an error)."""
+    frame = _frame(Action.TOOL_USE, content or record.tool, m.steps + 1, before=m.state_value, after=m.state_value,
+                   tool_call=record)
+    return _step(m, push(m.stack, frame), m.state_value, "Tool_Use", "push", content=record.observation,
+                 detail=detail)
+
+
+def backtrack(m: Machine) -> Transition:
+    """Pop the top frame; popping a Thought restores the state value from before it."""
+    try:
+        stack, popped = pop(m.stack)
+    except StackError as err:
+        return _step(m, m.stack, m.state_value, "Backtrack", "noop", detail=f"nothing to pop: {err}")
+    restores = popped.action is Action.THOUGHT and popped.state_before is not None
+    value = popped.state_before if restores else m.state_value
+    return _step(m, stack, value, "Backtrack", "pop", content=popped.render(),
+                 detail=f"popped {popped.action.value}", state_set=restores)
+
+
+def summary(m: Machine, content: str) -> Transition:
+    """Replace the top frame with the model's summary of it."""
+    frame = _frame(Action.SUMMARY, content, m.steps + 1, before=m.state_value, after=m.state_value)
+    try:
+        stack, popped = replace_top(m.stack, frame)
+    except StackError as err:
+        return _step(m, m.stack, m.state_value, "Summary", "noop", content=content,
+                     detail=f"nothing to summarise: {err}")
+    return _step(m, stack, m.state_value, "Summary", "pop+push", content=content,
+                 detail=f"replaced {popped.action.value} ({popped.token_count} tokens)")
+
+
+def conclusion(m: Machine, content: str, *, score: Optional[float]) -> Transition:
+    """Accept a Conclusion whose score is below sigma; otherwise keep it as a Thought with ``s <- f``.
+
+    ``score=None`` means the state monitor is off (an ablation): the Conclusion is taken as written.
+    """
+    step = m.steps + 1
+    if score is None:
+        frame = _frame(Action.CONCLUSION, content, step, before=m.state_value, after=m.state_value)
+        return _step(m, push(m.stack, frame), m.state_value, "Conclusion", "push", content=content,
+                     detail="state monitor off: accepted as written", halt=HaltReason.CONCLUSION_UNMONITORED)
+    if score < m.sigma:
+        frame = _frame(Action.CONCLUSION, content, step, before=m.state_value, after=score)
+        return _step(m, push(m.stack, frame), score, "Conclusion", "push", content=content, scored=score,
+                     detail=f"accepted: {score:.4g} < sigma {m.sigma:g}", halt=HaltReason.VALIDATED, state_set=True)
+    frame = _frame(Action.THOUGHT, content, step, before=m.state_value, after=score)
+    return _step(m, push(m.stack, frame), score, "Conclusion", "reject", content=content, scored=score,
+                 detail=f"rejected: {score:.4g} >= sigma {m.sigma:g}; kept as a Thought", state_set=True)
+
+
+def review_reject(m: Machine, feedback: Optional[str]) -> Transition:
+    """A human reviewer rejected the accepted Conclusion on top: it becomes a Thought again.
+
+    The state value goes back to at least sigma, so the run cannot halt before a new Conclusion.
+    Not an action of the model: the step count does not change.
+    """
+    stack, popped = pop(m.stack)
+    value = max(m.state_value, m.sigma)
+    note = popped.content if not feedback else f"{popped.content}\n(Reviewer rejected this: {feedback})"
+    frame = _frame(Action.THOUGHT, note, popped.step, before=popped.state_before, after=value)
+    stack = push(stack, frame)
+    event = TraceEvent(step=m.steps, action="Human_Review", op="reject", content=note, stack_depth=len(stack),
+                       state_value=value, detail="rejected by the human reviewer")
+    return Transition(stack=stack, state_value=value, event=event, steps=m.steps, sigma=m.sigma)
+
+
+#: Frames whose text the model wrote itself; only these can stand as an unverified answer.
+_MODEL_TEXT = (Action.CONCLUSION, Action.THOUGHT, Action.SUMMARY)
+
+
+def unverified_answer(stack: list[Frame]) -> Optional[str]:
+    """The answer of a run that did not validate: the top-most text the model wrote itself
+    (Algorithm 1 returns top(M); a tool observation or the question is never an answer)."""
+    for frame in reversed(stack[1:]):
+        if frame.action in _MODEL_TEXT:
+            return frame.content
+    return None
