@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+import re
 from contextlib import contextmanager
+from types import SimpleNamespace
 
 from sqlalchemy import event
+
+from tcrag_langgraph.tools.emr import PatientFacts
+from tcrag_langgraph.tools.emr.anonymity import age_band
 
 
 @contextmanager
@@ -28,4 +33,99 @@ def identifiers(rows):
     for p in rows["patients"]:
         out |= {p["mrn"], p["phone"], p["address"], f"{p['first_name']} {p['last_name']}",
                 p["birth_date"].isoformat(), p["birth_date"].strftime("%m/%d/%Y")}
+    return out
+
+
+# ---------------------------------------------------------------- the k-anonymity rule, checked independently
+# These recompute from the generated rows (not from the database or the tool's code) who matches a
+# query and what each patient's facts are, and count how many patients share what a case shows.
+
+
+def facts_from_rows(rows):
+    """patient id -> PatientFacts, computed in Python from the generated rows."""
+    dx, rx, lab, last = {}, {}, {}, {}
+    for d in rows["diagnoses"]:
+        dx.setdefault(d["patient_id"], set()).add(d["icd_code"])
+    for m in rows["medications"]:
+        rx.setdefault(m["patient_id"], set()).add(m["drug"])
+    for x in rows["labs"]:
+        if x["flag"]:
+            lab.setdefault(x["patient_id"], set()).add(f"{x['label']} {'high' if x['flag'] == 'H' else 'low'}")
+    for a in sorted(rows["admissions"], key=lambda a: (a["admit_time"], a["admission_id"])):
+        last[a["patient_id"]] = a["disposition"]
+    return {
+        p["patient_id"]: PatientFacts(
+            sex=p["sex"], diagnoses=frozenset(dx.get(p["patient_id"], ())), medications=frozenset(rx.get(p["patient_id"], ())),
+            abnormal_labs=frozenset(lab.get(p["patient_id"], ())), last_disposition=last[p["patient_id"]])
+        for p in rows["patients"]
+    }
+
+
+class CodeMatcher:
+    """Who matches a code-only query, and with which criteria and age, from the generated rows."""
+
+    def __init__(self, rows):
+        age_of = {a["admission_id"]: a["age_at_admit"] for a in rows["admissions"]}
+        self.ages_by_code = {}  # code -> patient -> oldest age at an admission carrying the code
+        for d in rows["diagnoses"]:
+            ages = self.ages_by_code.setdefault(d["icd_code"], {})
+            ages[d["patient_id"]] = max(ages.get(d["patient_id"], 0), age_of[d["admission_id"]])
+
+    def __call__(self, query_codes):
+        """patient id -> (indices of the query codes matched, age at the latest matching admission)."""
+        out = {}
+        for i, wanted in enumerate(query_codes):
+            for code, ages in self.ages_by_code.items():
+                if code.startswith(wanted):
+                    for pid, age in ages.items():
+                        hit, old = out.get(pid, (frozenset(), 0))
+                        out[pid] = (hit | {i}, max(old, age))
+        return out
+
+
+def supporters(shown, matched, facts):
+    """The matching patients who share every attribute ``shown`` (a CaseGroup, or one parsed from text)."""
+    out = []
+    for pid, (criteria, age) in matched.items():
+        f = facts[pid]
+        if criteria != shown.criteria or (shown.sex is not None and f.sex != shown.sex):
+            continue
+        if shown.age_band is not None and age_band(age) != shown.age_band:
+            continue
+        if not (set(shown.diagnoses) <= f.diagnoses and set(shown.medications) <= f.medications
+                and set(shown.abnormal_labs) <= f.abnormal_labs):
+            continue
+        if shown.last_disposition is not None and f.last_disposition != shown.last_disposition:
+            continue
+        out.append(pid)
+    return out
+
+
+_CASE_LINE = re.compile(
+    r"^Case group \d+ \((?P<count>[\d-]+) patients, matching (?P<n>\d+)/(?P<of>\d+): (?P<labels>.*?)\): (?P<who>.*?)\. "
+    r"Shared by all: diagnoses (?P<dx>.*?); medications (?P<rx>.*?); abnormal labs (?P<labs>.*?); "
+    r"last discharge (?P<disp>.*?)\.$",
+    re.M,
+)
+
+
+def parse_case_groups(text, labels):
+    """The case groups an observation shows, read back from its text (criteria as indices into ``labels``)."""
+    out = []
+    for m in _CASE_LINE.finditer(text):
+        who = m["who"]
+        sex = band = None
+        if who != "any sex, any age":
+            word, band = re.fullmatch(r"(female|male), age (\S+)", who).groups()
+            sex = word[0].upper()
+        names = m["labels"].split(", ")
+        assert len(names) == int(m["n"]) and int(m["of"]) == len(labels), m.group(0)
+        out.append(SimpleNamespace(
+            low=int(m["count"].split("-")[0]),
+            criteria=frozenset(labels.index(n) for n in names), sex=sex, age_band=band,
+            diagnoses=() if m["dx"] == "none shared" else tuple(d.split(" ")[0] for d in m["dx"].split("; ")),
+            medications=() if m["rx"] == "none shared" else tuple(m["rx"].split(", ")),
+            abnormal_labs=() if m["labs"] == "none shared" else tuple(m["labs"].split(", ")),
+            last_disposition=None if m["disp"] == "varies" else m["disp"],
+        ))
     return out

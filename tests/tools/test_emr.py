@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import doctest
+import importlib
 import re
 from datetime import date
+from itertools import combinations
 
 import pytest
 import simple_icd_10_cm as cm
@@ -13,20 +16,34 @@ from sqlalchemy import func, select
 from tcrag_langgraph.tools.base import ToolError
 from tcrag_langgraph.tools.emr import (
     EMR_SEARCH_NAME,
+    EMR_TOOL_OPTIONS,
     EMRDatabase,
     EMRInput,
+    MatchedPatient,
     Redactor,
+    count_bucket,
     default_emr_path,
     default_emr_tool,
     emr_tool,
     generate_cohort,
     parse_emr_text,
     patients,
+    select_case_groups,
+)
+from tcrag_langgraph.tools.layer import ToolOptions
+
+from emr_checks import (  # tests/tools helper (same checks on PostgreSQL)
+    CodeMatcher,
+    captured_sql,
+    facts_from_rows,
+    identifiers,
+    parse_case_groups,
+    supporters,
 )
 
-from emr_checks import captured_sql, identifiers  # tests/tools helper (same checks on PostgreSQL)
-
 N, SEED = 300, 7
+K = 3  # the default min_cohort_size
+WIDE = EMR_TOOL_OPTIONS.model_copy(update={"max_output_tokens": 50_000})
 
 
 @pytest.fixture(scope="module")
@@ -63,8 +80,13 @@ def matching_patients(rows, prefixes, sex=None, age_min=None, age_max=None):
     return hits
 
 
-def total_of(text: str) -> int:
-    return int(re.search(r": (\d+) matching patients\.", text).group(1))
+def bucket_of(text: str) -> str:
+    return re.search(r": (\S+) matching patients \(counts are ranges\)\.", text).group(1)
+
+
+def withheld_tail(text: str) -> str:
+    """The answer after its header (the header only echoes the query)."""
+    return text.split(": ", 1)[1]
 
 
 def caller(config_factory, *allowed):
@@ -134,42 +156,128 @@ def test_database_holds_the_cohort(db, rows):
         ({"codes": ["J18.9"], "sex": "male", "age_max": 70}, ["J18.9"], {"sex": "M", "age_max": 70}),
     ],
 )
-def test_similar_counts_match_the_data(tool, rows, query, prefixes, filters):
+def test_similar_counts_match_the_data(tool, db, rows, query, prefixes, filters):
     out = tool.invoke({"operation": "similar", **query})
     assert isinstance(out, str), out
     expected = matching_patients(rows, prefixes, **filters)
-    assert total_of(out) == len(expected) > 0
-    shown = len(re.findall(r"^Case \d+ ", out, flags=re.M))
-    assert shown == min(query.get("limit", 3), len(expected))
+    args = EMRInput(**query)
+    _labels, found = db.matching_patients(codes=args.codes, sex=args.sex, age_min=args.age_min,
+                                                     age_max=args.age_max)
+    assert len(found) == len(expected) >= K
+    assert bucket_of(out) == count_bucket(len(expected), K)  # a range, not the exact count
+    shown = re.findall(r"^Case group \d+ \((\S+) patients", out, flags=re.M)
+    assert 1 <= len(shown) <= query.get("limit", 3)
+    assert all(int(b.split("-")[0]) >= K for b in shown)
 
 
-def test_similar_ranks_patients_matching_more_criteria_first(tool, rows):
+def test_similar_ranks_groups_matching_more_criteria_first(tool, rows):
+    both = [pid for pid, (hit, _age) in CodeMatcher(rows)(["I50", "I48"]).items() if len(hit) == 2]
+    assert len(both) >= K  # so a group matching both may be shown
     out = tool.invoke({"codes": ["I50", "I48"], "limit": 5})
-    scores = [int(s) for s in re.findall(r"\(matches (\d)/2\)", out)]
-    assert scores == sorted(scores, reverse=True) and scores[0] == 2
+    scores = [int(s) for s in re.findall(r"patients, matching (\d)/2: ", out)]
+    assert len(scores) == 5 and scores == sorted(scores, reverse=True) and scores[0] == 2
 
 
-def test_similar_by_condition_words(tool, rows):
+def test_similar_by_condition_words(tool, db, rows):
     out = tool.invoke({"condition": "heart failure"})
-    assert total_of(out) == len(matching_patients(rows, ["I50"]))
+    assert len(db.matching_patients(condition="heart failure")[1]) == len(matching_patients(rows, ["I50"]))
+    assert bucket_of(out) == count_bucket(len(matching_patients(rows, ["I50"])), K)
     none = tool.invoke({"condition": "xenotransplant rejection"})
-    assert none.endswith("no matching patients.")
+    assert withheld_tail(none).startswith("no group of at least 3 matching patients to show") and "Case" not in none
 
 
 def test_similar_is_de_identified(db, rows):
-    out = emr_tool(db, max_output_tokens=50_000).invoke({"codes": ["I10"], "limit": 20})
-    assert "Case 20 " in out
+    out = emr_tool(db, options=WIDE).invoke({"codes": ["I10"], "limit": 20})
+    assert len(re.findall(r"^Case group \d+ ", out, flags=re.M)) >= 8
     for ident in identifiers(rows):
         assert ident not in out
     assert not re.search(r"\bP\d{5}\b", out)  # no patient ids in aggregate results
     assert not re.search(r"\b(19|20)\d\d-\d\d-\d\d\b", out)  # no dates at all
-    assert re.search(r"age (\d+-\d+|90\+)", out)  # ages only as 5-year bands
+    assert re.search(r"age (\d+-\d+|90\+)", out)  # ages only as 10-year bands
+    assert not re.search(r"(?<![\d-])\d+ (patients|female|male)\b", out)  # counts only as ranges
 
 
 def test_small_cohorts_are_withheld(rows):
     db = EMRDatabase(None, n_patients=40, seed=3, min_cohort_size=1000)
     out = emr_tool(db).invoke("patients with I10")
-    assert "fewer than 1000 matching patients" in out and "Case 1" not in out
+    assert withheld_tail(out).startswith("no group of at least 1000 matching patients to show") and "Case" not in out
+
+
+def test_count_buckets():
+    assert [count_bucket(n, 3) for n in (3, 9, 10, 19, 44, 99, 100, 230, 1000, 4321)] == [
+        "3-9", "3-9", "10-19", "10-19", "40-49", "90-99", "100-199", "200-299", "1000-1999", "4000-4999"]
+    assert count_bucket(9, 9) == "9" and count_bucket(25, 20) == "20-29"
+    with pytest.raises(ValueError):
+        count_bucket(2, 3)
+
+
+def test_every_case_for_every_code_pair_and_triple_is_backed_by_k_patients(rows):
+    """The privacy rule over every combination of 2 and 3 codes present in the cohort.
+
+    Who matches and each patient's facts are recomputed from the generated rows; for each case the
+    selection would show (limit 20), the patients sharing every attribute it shows are counted.
+    """
+    facts, match = facts_from_rows(rows), CodeMatcher(rows)
+    codes = sorted({d["icd_code"] for d in rows["diagnoses"]})
+    combos = [c for r in (2, 3) for c in combinations(codes, r)]
+    assert len(codes) >= 25 and len(combos) == len(list(combinations(codes, 2))) + len(list(combinations(codes, 3)))
+    singled_out_before = shown_full_matches = cases = 0
+    for combo in combos:
+        matched = match(combo)
+        full = sum(len(hit) == len(combo) for hit, _age in matched.values())
+        if full == 1 and len(matched) >= K:  # the old ranking showed this one patient as Case 1
+            singled_out_before += 1
+        groups = select_case_groups(
+            [MatchedPatient(criteria=hit, age=age, facts=facts[pid]) for pid, (hit, age) in matched.items()],
+            k=K, limit=20)
+        for group in groups:
+            backing = supporters(group, matched, facts)
+            assert len(backing) >= group.size >= K, (combo, group)
+            cases += 1
+            shown_full_matches += len(group.criteria) == len(combo)
+    assert singled_out_before >= 50  # the enumeration does include the combinations that leaked before
+    assert cases > len(combos)  # and it checked real output, not empty selections
+    assert shown_full_matches > 0  # combinations shared by enough patients are still shown
+
+
+def test_tool_output_for_rare_code_pairs_shows_only_groups_of_k(db, rows):
+    """End to end (SQL, selection, text) for every code pair that the old ranking singled out."""
+    facts, match = facts_from_rows(rows), CodeMatcher(rows)
+    tool = emr_tool(db, options=WIDE)
+    codes = sorted({d["icd_code"] for d in rows["diagnoses"]})
+    by_pair = {pair: match(pair) for pair in combinations(codes, 2)}
+    rare = [p for p, m in by_pair.items() if sum(len(hit) == 2 for hit, _a in m.values()) == 1 and len(m) >= K]
+    assert ("A41.9", "E11.22") in rare and len(rare) >= 50
+    for pair in rare:
+        matched = by_pair[pair]
+        _labels, found = db.matching_patients(codes=list(pair))
+        assert sorted((sorted(m.criteria), m.age) for m in found) == sorted((sorted(h), a) for h, a in matched.values())
+        out = tool.invoke({"operation": "similar", "codes": list(pair), "limit": 20})
+        assert bucket_of(out) == count_bucket(len(matched), K)
+        shown = parse_case_groups(out, list(pair))
+        assert shown and len(shown) == len(re.findall(r"^Case group ", out, flags=re.M))
+        for case in shown:
+            assert len(case.criteria) == 1, out  # the one patient with both codes is never a case
+            assert len(supporters(case, matched, facts)) >= case.low >= K, (pair, case)
+        for kind, line in re.findall(r"^Most common (diagnoses|medications): (.*)\.$", out, flags=re.M):
+            for item in line.split("; "):
+                name, low = re.fullmatch(r"(.*) \((\d+)(?:-\d+)?\)", item).groups()
+                key = name.split(" ")[0] if kind == "diagnoses" else name
+                having = sum(key in getattr(facts[pid], kind) for pid in matched)
+                assert having >= int(low) >= K, (pair, item)
+
+
+def test_none_and_too_few_read_the_same(tool, rows):
+    """A query matching 1 or 2 patients answers exactly like one matching nobody."""
+    codes = sorted({d["icd_code"] for d in rows["diagnoses"]})
+    queries = [{"codes": [c], "sex": sex, "age_min": lo, "age_max": lo + 9}
+               for c in codes for sex in "FM" for lo in range(20, 100, 10)]
+    sizes = [len(matching_patients(rows, q["codes"], q["sex"], q["age_min"], q["age_max"])) for q in queries]
+    too_few = [q for q, n in zip(queries, sizes) if 0 < n < K]
+    nobody = [q for q, n in zip(queries, sizes) if n == 0]
+    assert len(too_few) >= 10 and len(nobody) >= 10
+    answers = {withheld_tail(tool.invoke(q)) for q in too_few[:10] + nobody[:10]}
+    assert len(answers) == 1 and answers.pop().startswith("no group of at least 3 matching patients to show")
 
 
 # ---------------------------------------------------------------- record look-up and access control
@@ -217,7 +325,7 @@ def test_lookup_normalises_ids_and_reports_missing(tool, caller_config):
 
 
 def test_cached_results_never_cross_callers(db, caller_config):
-    cached = emr_tool(db, cache_size=16)
+    cached = emr_tool(db, options=ToolOptions(cache_size=16))
     args = {"operation": "lookup", "patient_id": "P00005"}
     assert cached.invoke(args, config=caller(caller_config, "P00005")).startswith("Patient P00005")
     err = cached.invoke(args, config=caller_config("dr-b", allowed=("P00006",)))
@@ -273,9 +381,9 @@ def test_injection_in_free_text_only_ever_travels_as_bound_parameters(tool, db, 
 
 def test_plain_text_repair(tool, rows):
     out = tool.invoke("patients with E11.9")
-    assert total_of(out) == len(matching_patients(rows, ["E11.9"]))
+    assert bucket_of(out) == count_bucket(len(matching_patients(rows, ["E11.9"])), K)
     out = tool.invoke("female patients with I10 aged 60-80")
-    assert total_of(out) == len(matching_patients(rows, ["I10"], sex="F", age_min=60, age_max=80))
+    assert bucket_of(out) == count_bucket(len(matching_patients(rows, ["I10"], sex="F", age_min=60, age_max=80)), K)
     err = tool.invoke("find similar patients with")
     assert isinstance(err, ToolError) and err.kind == "bad_input" and "ICD-10-CM" in err.message
 
@@ -334,3 +442,10 @@ def test_any_sqlalchemy_url_works(tmp_path):
     assert isinstance(tool.invoke("patients with I10"), str)
     assert EMRDatabase(url, populate=False).count_patients() == 30
     assert "emr.db" in repr(EMRDatabase(url, populate=False))
+
+
+@pytest.mark.parametrize("module", ["anonymity", "cohort", "database", "parsing", "redaction", "tool", "__init__"])
+def test_docstring_examples_run(module):
+    mod = importlib.import_module("tcrag_langgraph.tools.emr" + ("" if module == "__init__" else f".{module}"))
+    result = doctest.testmod(mod, optionflags=doctest.ELLIPSIS)
+    assert result.failed == 0

@@ -12,13 +12,23 @@ from __future__ import annotations
 import importlib.util
 import re
 import sys
+from itertools import combinations
 from pathlib import Path
 
 import pytest
 
-from tcrag_langgraph.config import CALLER_KEY, CallerContext
 from tcrag_langgraph.tools.base import ToolError
-from tcrag_langgraph.tools.emr import EMRDatabase, emr_tool, generate_cohort, metadata, patients
+from tcrag_langgraph.tools.emr import (
+    EMR_TOOL_OPTIONS,
+    EMRDatabase,
+    count_bucket,
+    emr_tool,
+    generate_cohort,
+    metadata,
+    patients,
+)
+from tcrag_langgraph.tools.identity import CALLER_KEY, CallerContext
+from tcrag_langgraph.tools.layer import ToolOptions
 
 _spec = importlib.util.spec_from_file_location("_tcrag_pg_server", Path(__file__).with_name("pg_server.py"))
 pg_server = sys.modules.setdefault(_spec.name, importlib.util.module_from_spec(_spec))
@@ -30,9 +40,11 @@ if _missing:
 pytest.importorskip("psycopg", reason='the PostgreSQL driver psycopg 3 is not installed (pip install "psycopg[binary]")')
 
 from sqlalchemy import select, text  # noqa: E402
-from emr_checks import captured_sql, identifiers
+from emr_checks import CodeMatcher, captured_sql, facts_from_rows, identifiers, parse_case_groups, supporters
 
 N, SEED = 300, 7
+K = 3  # the default min_cohort_size
+WIDE = EMR_TOOL_OPTIONS.model_copy(update={"max_output_tokens": 50_000})
 TABLES = ("d_icd_diagnoses", "patients", "admissions", "diagnoses", "medications", "labs", "emr_meta")
 
 
@@ -75,12 +87,12 @@ def sqlite_db():
 
 @pytest.fixture(scope="module")
 def pg_tool(pg_db):
-    return emr_tool(pg_db, max_output_tokens=50_000)
+    return emr_tool(pg_db, options=WIDE)
 
 
 @pytest.fixture(scope="module")
 def sqlite_tool(sqlite_db):
-    return emr_tool(sqlite_db, max_output_tokens=50_000)
+    return emr_tool(sqlite_db, options=WIDE)
 
 
 def cfg(*allowed: str, user: str = "dr-a", none: bool = False) -> dict:
@@ -160,10 +172,10 @@ def test_similar_gives_identical_results_on_postgres_and_sqlite(pg_tool, sqlite_
 def test_similar_results_are_substantial(pg_db):
     """The parity above compares real content: matches, statistics and case summaries."""
     out = pg_db.similar(codes=["I50", "I48"], limit=20)
-    assert int(re.search(r": (\d+) matching patients\.", out).group(1)) > 20
-    assert len(re.findall(r"^Case \d+ \(matches [12]/2\)", out, flags=re.M)) == 20
-    assert "Abnormal labs: " in out and "Most common medications: " in out
-    assert pg_db.similar(condition="xenotransplant rejection").endswith("no matching patients.")
+    assert re.search(r": (\d+)-\d+ matching patients \(counts are ranges\)\.", out)
+    assert len(re.findall(r"^Case group \d+ \(\d+-\d+ patients, matching [12]/2: ", out, flags=re.M)) >= 8
+    assert "abnormal labs " in out and "Most common medications: " in out
+    assert "no group of at least 3 matching patients to show" in pg_db.similar(condition="xenotransplant rejection")
 
 
 def test_small_cohorts_are_withheld_on_postgres(pg_url):
@@ -172,7 +184,29 @@ def test_small_cohorts_are_withheld_on_postgres(pg_url):
         out = emr_tool(strict).invoke("patients with I10")
     finally:
         strict.engine.dispose()
-    assert "fewer than 1000 matching patients" in out and "Case 1" not in out
+    assert "no group of at least 1000 matching patients to show" in out and "Case" not in out
+
+
+def test_k_anonymity_holds_identically_on_postgres(pg_db, sqlite_db, pg_tool, sqlite_tool, rows):
+    """Every code pair the old ranking singled out: same matches, same answer, only groups of >= k."""
+    facts, match = facts_from_rows(rows), CodeMatcher(rows)
+    codes = sorted({d["icd_code"] for d in rows["diagnoses"]})
+    by_pair = {pair: match(pair) for pair in combinations(codes, 2)}
+    rare = [p for p, m in by_pair.items() if sum(len(hit) == 2 for hit, _a in m.values()) == 1 and len(m) >= K]
+    assert ("A41.9", "E11.22") in rare and len(rare) >= 50
+    for pair in rare:
+        matched = by_pair[pair]
+        _labels, found = pg_db.matching_patients(codes=list(pair))
+        assert sorted((sorted(m.criteria), m.age) for m in found) == sorted((sorted(h), a) for h, a in matched.values())
+        query = {"operation": "similar", "codes": list(pair), "limit": 20}
+        out = pg_tool.invoke(query)
+        assert out == sqlite_tool.invoke(query)
+        assert f": {count_bucket(len(matched), K)} matching patients" in out
+        shown = parse_case_groups(out, list(pair))
+        assert shown
+        for case in shown:
+            assert len(case.criteria) == 1 and len(supporters(case, matched, facts)) >= case.low >= K, (pair, case)
+    assert pg_db.patient_facts() == sqlite_db.patient_facts() == facts
 
 
 def test_lookup_gives_identical_records_for_every_patient(pg_db, sqlite_db, rows):
@@ -216,7 +250,7 @@ def test_allowed_lookup_is_redacted_on_postgres(pg_db, sqlite_db, rows):
 def test_missing_patient_and_cross_caller_cache_on_postgres(pg_db):
     err = emr_tool(pg_db).invoke({"patient_id": "P09999"}, config=cfg("P09999"))
     assert isinstance(err, ToolError) and err.kind == "not_found"
-    cached = emr_tool(pg_db, cache_size=16)
+    cached = emr_tool(pg_db, options=ToolOptions(cache_size=16))
     args = {"operation": "lookup", "patient_id": "P00005"}
     assert cached.invoke(args, config=cfg("P00005")).startswith("Patient P00005:")
     err = cached.invoke(args, config=cfg("P00006", user="dr-b"))
@@ -225,7 +259,7 @@ def test_missing_patient_and_cross_caller_cache_on_postgres(pg_db):
 
 def test_similar_on_postgres_is_de_identified(pg_tool, rows):
     out = pg_tool.invoke({"codes": ["I10"], "limit": 20})
-    assert "Case 20 " in out
+    assert len(re.findall(r"^Case group \d+ ", out, flags=re.M)) >= 8
     for ident in identifiers(rows):
         assert ident not in out
     assert not re.search(r"\bP\d{5}\b", out)
@@ -238,7 +272,7 @@ def test_url_password_is_kept_out_of_repr_and_tool_output(pg):
     try:
         assert db.count_patients() == N
         assert "s3cret-pw" not in repr(db) and db.secrets == ("s3cret-pw",)
-        assert "s3cret-pw" not in emr_tool(db, max_output_tokens=50_000).invoke({"codes": ["I10"], "limit": 20})
+        assert "s3cret-pw" not in emr_tool(db, options=WIDE).invoke({"codes": ["I10"], "limit": 20})
     finally:
         db.engine.dispose()
 
@@ -279,7 +313,7 @@ FREE_TEXT_ATTACKS = [
 def test_free_text_attacks_travel_only_as_bound_parameters(pg, pg_db, sqlite_db, rows, condition):
     before = table_counts(pg_db)
     with captured_sql(pg_db) as seen:
-        out = emr_tool(pg_db, max_output_tokens=50_000).invoke({"condition": condition})
+        out = emr_tool(pg_db, options=WIDE).invoke({"condition": condition})
     assert seen, "the search ran on PostgreSQL"
     for statement, _params in seen:
         upper = statement.upper()
@@ -288,7 +322,7 @@ def test_free_text_attacks_travel_only_as_bound_parameters(pg, pg_db, sqlite_db,
         assert "'" not in re.sub(r"ESCAPE '\\{1,2}'", "", statement), statement
     words = [w for w in re.findall(r"[a-z0-9]+", condition.lower()) if len(w) > 2][:1]
     assert any(words[0] in str(params) for _s, params in seen)  # it went as a parameter value
-    assert out == emr_tool(sqlite_db, max_output_tokens=50_000).invoke({"condition": condition})
+    assert out == emr_tool(sqlite_db, options=WIDE).invoke({"condition": condition})
     assert table_counts(pg_db) == before
     for ident in identifiers(rows):
         assert ident not in str(out)

@@ -1,0 +1,76 @@
+"""EMR_SEARCH: electronic medical records in a real SQL database, with access control, redaction and k-anonymity.
+
+* :mod:`.schema`: a MIMIC-like schema (``patients``, ``admissions``, ``diagnoses`` +
+  ``d_icd_diagnoses``, ``medications``, ``labs``) in SQLAlchemy Core; any SQLAlchemy URL works
+  (SQLite by default, PostgreSQL too).
+* :mod:`.cohort`: :func:`generate_cohort` builds a deterministic synthetic cohort (seeded) from
+  clinical profiles in ``tools/data/emr_profiles.json``: real ICD-10-CM codes and descriptions,
+  plausible comorbidity clusters, medications and lab values. All people are fictitious.
+* :mod:`.database`: :class:`EMRDatabase`, the engine and the parameterised queries. Every query
+  uses bound parameters; model text never becomes SQL.
+* :mod:`.anonymity`: what similar-patient search may show. Matching patients are grouped by the
+  criteria they match, sex and 10-year age band; only groups of at least ``min_cohort_size``
+  patients are shown, each as one case with only the facts all its patients share; counts are
+  ranges, small cells are left out, and "too few" reads exactly like "none" (rule in that module).
+* :mod:`.redaction`: :class:`Redactor`. Names, MRNs, exact birth dates, addresses and phone numbers
+  never leave the tool: they are not selected into summaries, and look-ups are scrubbed of them
+  (the free-text notes carry them).
+* :mod:`.parsing`: :class:`EMRInput` and :func:`parse_emr_text` (plain text a model wrote).
+* :mod:`.tool`: :func:`emr_tool` / :func:`default_emr_tool`. Two operations: ``similar`` and
+  ``lookup`` (one patient's record; only for a caller whose ``allowed_patient_ids`` contains the
+  patient, else ``ToolError(kind="forbidden")``, decided before any query runs).
+
+Example:
+    >>> from tcrag_langgraph.tools.identity import CALLER_KEY, CallerContext
+    >>> tool = default_emr_tool(in_memory=True, n_patients=60)
+    >>> print(tool.invoke("patients with E11.9")[:40])  # doctest: +SKIP
+    Similar patients for E11.9: 10-19 matchi
+    >>> cfg = {"configurable": {CALLER_KEY: CallerContext(user_id="dr-a", allowed_patient_ids=("P00001",))}}
+    >>> tool.invoke({"operation": "lookup", "patient_id": "P00001"}, config=cfg)[:15]
+    'Patient P00001:'
+"""
+
+from __future__ import annotations
+
+from .anonymity import CaseGroup, MatchedPatient, PatientFacts, count_bucket, select_case_groups
+from .cohort import generate_cohort, load_profiles
+from .database import EMRDatabase, default_emr_path
+from .parsing import EMRInput, parse_emr_text
+from .redaction import Redactor
+from .schema import admissions, d_icd_diagnoses, diagnoses, labs, medications, metadata, patients
+from .tool import (
+    EMR_SEARCH_DESCRIPTION,
+    EMR_SEARCH_NAME,
+    EMR_TOOL_OPTIONS,
+    default_emr_database,
+    default_emr_tool,
+    emr_tool,
+)
+
+__all__ = [
+    "EMR_SEARCH_NAME",
+    "EMR_SEARCH_DESCRIPTION",
+    "EMR_TOOL_OPTIONS",
+    "metadata",
+    "patients",
+    "admissions",
+    "diagnoses",
+    "d_icd_diagnoses",
+    "medications",
+    "labs",
+    "load_profiles",
+    "generate_cohort",
+    "EMRDatabase",
+    "EMRInput",
+    "parse_emr_text",
+    "Redactor",
+    "PatientFacts",
+    "MatchedPatient",
+    "CaseGroup",
+    "count_bucket",
+    "select_case_groups",
+    "emr_tool",
+    "default_emr_tool",
+    "default_emr_database",
+    "default_emr_path",
+]

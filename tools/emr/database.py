@@ -1,0 +1,282 @@
+"""The EMR store: engine and connection handling, the synthetic population, and the parameterised queries.
+
+Every query is SQLAlchemy Core with bound parameters; model text never becomes SQL. What a
+similar-patient answer may show is decided in :mod:`.anonymity`; this module only fetches facts.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import threading
+from pathlib import Path
+from typing import Any, Optional, Sequence
+
+from sqlalchemy import and_, case, create_engine, func, insert, literal, or_, select
+from sqlalchemy.engine import Engine, make_url
+from sqlalchemy.pool import StaticPool
+
+from ..layer import ToolFailure
+from .anonymity import MatchedPatient, PatientFacts, render_similar
+from .cohort import generate_cohort, load_profiles
+from .redaction import Redactor
+from .schema import SCHEMA_VERSION, admissions, d_icd_diagnoses, diagnoses, emr_meta, labs, medications, metadata, patients
+
+__all__ = ["EMRDatabase", "default_emr_path"]
+
+
+def default_emr_path(seed: int = 7, n_patients: int = 300) -> Path:
+    """Where the default synthetic SQLite database lives (``$TCRAG_CACHE_DIR`` or ``~/.cache/tcrag_langgraph``)."""
+    env = os.environ.get("TCRAG_CACHE_DIR")
+    base = Path(env) if env else Path.home() / ".cache" / "tcrag_langgraph"
+    return base / f"emr-synthetic-v{SCHEMA_VERSION}-p{load_profiles()['version']}-s{seed}-n{n_patients}.sqlite"
+
+
+def _like_escape(text: str) -> str:
+    return text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
+
+
+_STOPWORDS = {"and", "the", "with", "without", "for", "not", "other", "unspecified", "from", "due"}
+_FLAG_WORD = {"H": "high", "L": "low"}
+
+
+def _fmt_value(value: float) -> str:
+    return f"{value:g}"
+
+
+class EMRDatabase:
+    """The EMR store: schema, synthetic population, and the two parameterised queries.
+
+    ``url`` is any SQLAlchemy URL (``sqlite:///path.db``, ``postgresql+psycopg://...``); ``None``
+    means an in-memory SQLite database. ``populate=True`` fills an empty database with
+    :func:`generate_cohort` (``n_patients``, ``seed``). ``min_cohort_size`` is the k of the
+    similar-patient privacy rule (:mod:`.anonymity`).
+
+    Example:
+        >>> db = EMRDatabase(None, n_patients=40, seed=3)
+        >>> db.count_patients()
+        40
+    """
+
+    def __init__(self, url: Optional[str] = None, *, n_patients: int = 300, seed: int = 7, populate: bool = True,
+                 min_cohort_size: int = 3) -> None:
+        if min_cohort_size < 1:
+            raise ValueError("min_cohort_size must be at least 1")
+        self.min_cohort_size = min_cohort_size
+        self._lock = threading.RLock() if url is None else None
+        if url is None:
+            # one shared connection, or each thread would see its own empty in-memory database
+            self.engine: Engine = create_engine(
+                "sqlite://", poolclass=StaticPool, connect_args={"check_same_thread": False}, hide_parameters=True
+            )
+        else:
+            kwargs: dict[str, Any] = {"hide_parameters": True, "pool_pre_ping": True}
+            if make_url(url).get_backend_name() == "sqlite":
+                kwargs["connect_args"] = {"check_same_thread": False}
+            self.engine = create_engine(url, **kwargs)
+        password = make_url(url).password if url else None
+        self.secrets: tuple[str, ...] = (str(password),) if password else ()
+        metadata.create_all(self.engine)
+        if populate and self.count_patients() == 0:
+            self.populate(generate_cohort(n_patients, seed), seed=seed)
+
+    def __repr__(self) -> str:
+        return f"EMRDatabase({self.engine.url.render_as_string(hide_password=True)!r})"
+
+    def _locked(self):
+        return self._lock if self._lock is not None else _NullLock()
+
+    def populate(self, rows: dict[str, list[dict[str, Any]]], *, seed: Optional[int] = None) -> None:
+        """Insert generated rows in one transaction (executemany with bound parameters)."""
+        with self._locked(), self.engine.begin() as conn:
+            for table in (d_icd_diagnoses, patients, admissions, diagnoses, medications, labs):
+                if rows.get(table.name):
+                    conn.execute(insert(table), rows[table.name])
+            conn.execute(
+                insert(emr_meta),
+                [{"key": "schema_version", "value": str(SCHEMA_VERSION)},
+                 {"key": "seed", "value": str(seed)},
+                 {"key": "n_patients", "value": str(len(rows.get("patients", [])))}],
+            )
+
+    def count_patients(self) -> int:
+        with self._locked(), self.engine.connect() as conn:
+            return int(conn.execute(select(func.count()).select_from(patients)).scalar_one())
+
+    # -- similar-patient search
+
+    @staticmethod
+    def _criteria(codes: Sequence[str], condition: Optional[str]) -> tuple[list[Any], list[str]]:
+        """One SQL condition on a diagnosis row per query criterion, and how each is named in the answer."""
+        criteria, labels = [], []
+        for code in codes:
+            # "E11" or "E11.6" also match their subcodes; codes are validated to [A-Z0-9.] already
+            criteria.append(or_(diagnoses.c.icd_code == code, diagnoses.c.icd_code.like(_like_escape(code) + "%", escape="\\")))
+            labels.append(code)
+        if condition:
+            words = [w for w in re.findall(r"[a-z0-9]+", condition.lower()) if len(w) > 2 and w not in _STOPWORDS][:6]
+            if words:
+                # each word must start a word of the title ("diabet" finds "diabetes", "or" finds nothing)
+                title = literal(" ") + func.lower(d_icd_diagnoses.c.long_title)
+                titles = select(d_icd_diagnoses.c.icd_code).where(
+                    and_(*[or_(*[title.like(f"%{sep}{_like_escape(w)}%", escape="\\") for sep in (" ", "(", "-", "[")])
+                           for w in words])
+                )
+                criteria.append(diagnoses.c.icd_code.in_(titles))
+                labels.append(f'"{condition}"')
+        if not criteria:
+            if condition:
+                raise ToolFailure("bad_input", f"the condition {condition!r} has no searchable words; "
+                                  "use words of a diagnosis (e.g. 'heart failure') or ICD-10-CM codes")
+            raise ToolFailure("bad_input", "give at least one ICD-10-CM code or a condition phrase")
+        return criteria, labels
+
+    def matching_patients(
+        self,
+        *,
+        codes: Sequence[str] = (),
+        condition: Optional[str] = None,
+        sex: Optional[str] = None,
+        age_min: Optional[int] = None,
+        age_max: Optional[int] = None,
+    ) -> tuple[list[str], list[MatchedPatient]]:
+        """Criteria labels and every patient matching any criterion, with the criteria each one matches.
+
+        A patient's age is the one at their latest admission that matches a criterion and the filters.
+        """
+        criteria, labels = self._criteria(codes, condition)
+        filters = [or_(*criteria)]
+        if sex:
+            filters.append(patients.c.sex == sex)
+        if age_min is not None:
+            filters.append(admissions.c.age_at_admit >= age_min)
+        if age_max is not None:
+            filters.append(admissions.c.age_at_admit <= age_max)
+        joined = diagnoses.join(admissions, diagnoses.c.admission_id == admissions.c.admission_id).join(
+            patients, diagnoses.c.patient_id == patients.c.patient_id
+        )
+        flags = [func.max(case((crit, 1), else_=0)).label(f"c{i}") for i, crit in enumerate(criteria)]
+        matched = (
+            select(diagnoses.c.patient_id.label("patient_id"), func.max(admissions.c.age_at_admit).label("age"), *flags)
+            .select_from(joined)
+            .where(*filters)
+            .group_by(diagnoses.c.patient_id)
+        ).subquery("matched")
+        with self._locked(), self.engine.connect() as conn:
+            rows = conn.execute(select(matched).order_by(matched.c.patient_id)).all()
+            facts = self._facts(conn, select(matched.c.patient_id))
+        out = []
+        for row in rows:
+            hit = frozenset(i for i in range(len(criteria)) if row[2 + i])
+            out.append(MatchedPatient(criteria=hit, age=int(row.age), facts=facts[row.patient_id]))
+        return labels, out
+
+    def similar(
+        self,
+        *,
+        codes: Sequence[str] = (),
+        condition: Optional[str] = None,
+        sex: Optional[str] = None,
+        age_min: Optional[int] = None,
+        age_max: Optional[int] = None,
+        limit: int = 5,
+    ) -> str:
+        """Bucketed cohort statistics and k-anonymous case groups of patients matching any criterion."""
+        labels, matched = self.matching_patients(codes=codes, condition=condition, sex=sex, age_min=age_min,
+                                                 age_max=age_max)
+        demo = [f"sex {sex}"] if sex else []
+        if age_min is not None or age_max is not None:
+            demo.append(f"age {age_min if age_min is not None else 0}-{age_max if age_max is not None else 'any'}")
+        header = f"Similar patients for {', '.join(labels)}" + (f" ({', '.join(demo)})" if demo else "")
+        return render_similar(header, labels, matched, k=self.min_cohort_size, limit=limit,
+                              titles=self.diagnosis_titles())
+
+    def diagnosis_titles(self) -> dict[str, str]:
+        """ICD-10-CM code -> description, for every code the database knows."""
+        with self._locked(), self.engine.connect() as conn:
+            return dict(conn.execute(select(d_icd_diagnoses.c.icd_code, d_icd_diagnoses.c.long_title)).all())
+
+    def patient_facts(self) -> dict[str, PatientFacts]:
+        """The shown-able facts of every patient, by id (for checks of the privacy rule; never shown with ids)."""
+        with self._locked(), self.engine.connect() as conn:
+            return self._facts(conn, select(patients.c.patient_id))
+
+    @staticmethod
+    def _facts(conn: Any, ids: Any) -> dict[str, PatientFacts]:
+        """Clinical facts of the patients selected by ``ids`` (a SELECT of patient ids); no identifier column."""
+        sexes = dict(conn.execute(select(patients.c.patient_id, patients.c.sex).where(patients.c.patient_id.in_(ids))).all())
+        found: dict[str, dict[str, set[str]]] = {pid: {"dx": set(), "rx": set(), "labs": set()} for pid in sexes}
+        for pid, code in conn.execute(select(diagnoses.c.patient_id, diagnoses.c.icd_code).where(diagnoses.c.patient_id.in_(ids))):
+            found[pid]["dx"].add(code)
+        for pid, drug in conn.execute(select(medications.c.patient_id, medications.c.drug).where(medications.c.patient_id.in_(ids))):
+            found[pid]["rx"].add(drug)
+        for pid, label, flag in conn.execute(
+            select(labs.c.patient_id, labs.c.label, labs.c.flag).where(labs.c.patient_id.in_(ids), labs.c.flag.is_not(None))
+        ):
+            found[pid]["labs"].add(f"{label} {_FLAG_WORD.get(flag, flag)}")
+        last: dict[str, str] = {}
+        for pid, disposition in conn.execute(
+            select(admissions.c.patient_id, admissions.c.disposition)
+            .where(admissions.c.patient_id.in_(ids)).order_by(admissions.c.admit_time, admissions.c.admission_id)
+        ):
+            last[pid] = disposition  # the latest admission wins
+        return {
+            pid: PatientFacts(sex=sex, diagnoses=frozenset(found[pid]["dx"]), medications=frozenset(found[pid]["rx"]),
+                              abnormal_labs=frozenset(found[pid]["labs"]), last_disposition=last.get(pid, "unknown"))
+            for pid, sex in sexes.items()
+        }
+
+    # -- record look-up
+
+    def lookup(self, patient_id: str) -> str:
+        """One patient's record, most recent admission first, with identifiers redacted. Call only after the access check."""
+        with self._locked(), self.engine.connect() as conn:
+            person = conn.execute(select(patients).where(patients.c.patient_id == patient_id)).mappings().first()
+            if person is None:
+                raise ToolFailure("not_found", f"no record for patient {patient_id}")
+            adms = conn.execute(
+                select(admissions).where(admissions.c.patient_id == patient_id).order_by(admissions.c.admit_time.desc())
+            ).mappings().all()
+            dx = conn.execute(
+                select(diagnoses.c.admission_id, diagnoses.c.icd_code, d_icd_diagnoses.c.long_title)
+                .join(d_icd_diagnoses, diagnoses.c.icd_code == d_icd_diagnoses.c.icd_code)
+                .where(diagnoses.c.patient_id == patient_id).order_by(diagnoses.c.seq_num)
+            ).all()
+            rx = conn.execute(
+                select(medications.c.admission_id, medications.c.drug, medications.c.dose, medications.c.route)
+                .where(medications.c.patient_id == patient_id).order_by(medications.c.id)
+            ).all()
+            lab_rows = conn.execute(
+                select(labs.c.admission_id, labs.c.label, labs.c.value, labs.c.unit, labs.c.flag)
+                .where(labs.c.patient_id == patient_id).order_by(labs.c.id)
+            ).all()
+        redact = Redactor([dict(person)])
+        sex = {"F": "female", "M": "male"}.get(person["sex"], person["sex"])
+        last_age = adms[0]["age_at_admit"] if adms else None
+        lines = [
+            f"Patient {patient_id}: {sex}, age {last_age if last_age is not None and last_age < 90 else '90+'} "
+            f"at last admission; {len(adms)} admission(s). (Name, MRN, birth date, address and phone withheld.)"
+        ]
+        for adm in adms:
+            aid = adm["admission_id"]
+            stay = (adm["discharge_time"] - adm["admit_time"]).days
+            abnormal = [f"{l} {_fmt_value(v)} {u} ({f})".replace("  ", " ") for a, l, v, u, f in lab_rows if a == aid and f]
+            normal = sum(1 for a, *_rest, f in lab_rows if a == aid and not f)
+            lines.append(
+                f"Admission {adm['admit_time']:%Y-%m-%d} ({adm['admission_type'].lower()}, {stay} day(s), "
+                f"discharged to {adm['disposition'].lower()}). "
+                f"Diagnoses: {'; '.join(f'{c} {t}' for a, c, t in dx if a == aid)}. "
+                f"Medications: {', '.join(f'{d} {s} {r}' for a, d, s, r in rx if a == aid) or 'none'}. "
+                f"Labs: {', '.join(abnormal) or 'no abnormal results'}"
+                f"{f'; {normal} other result(s) normal' if normal else ''}. "
+                f"Note: {adm['note']}"
+            )
+        return redact("\n".join(lines))
+
+
+class _NullLock:
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, *exc: Any) -> None:
+        return None
