@@ -8,6 +8,10 @@ format-repair layer (:mod:`.layer`), each with an embedded default that needs no
 * ``WEB_SEARCH`` web and encyclopedia search: offline HPO/ICD-10-CM, or SearxNG (:mod:`.web_search`)
 * ``EMR_SEARCH`` electronic medical records: SQLite / SQLAlchemy URL (:mod:`.emr`)
 
+Any agent runs any of them (or any other LangChain tool) with :func:`invoke_tool`: one deadline, one
+token budget, observation text or a :class:`ToolError` (:func:`is_tool_error`). Importing this package
+loads no agent, model or LangGraph graph; the layer's names load on first use.
+
 Example:
     >>> from tcrag_langgraph.tools import default_tools
     >>> [t.name for t in default_tools()]  # doctest: +SKIP
@@ -16,11 +20,20 @@ Example:
 
 from __future__ import annotations
 
+import importlib
 from typing import Any
 
 from .base import ToolError
 
-__all__ = ["ToolError", "default_tools"]
+__all__ = ["ToolError", "default_tools", "invoke_tool", "ainvoke_tool", "is_tool_error", "make_tool", "ToolOptions", "ToolOutcome"]
+
+_FROM_LAYER = frozenset(__all__[2:])
+
+
+def __getattr__(name: str) -> Any:  # the layer (langchain_core, tenacity, tiktoken) loads on first use
+    if name in _FROM_LAYER:
+        return getattr(importlib.import_module(".layer", __name__), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def default_tools(

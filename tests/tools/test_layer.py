@@ -591,3 +591,14 @@ async def test_async_guarded_client_strips_cross_origin_credentials(http_server,
 def test_credential_guard_needs_an_origin():
     with pytest.raises(ValueError, match="origin"):
         CredentialGuard()
+
+
+@pytest.mark.parametrize(
+    "module", ["layer", "layer.options", "layer.repair", "layer.outcome", "layer.tool", "layer.pipeline", "secrets"]
+)
+def test_docstring_examples_hold(module):
+    import doctest
+    import importlib
+
+    result = doctest.testmod(importlib.import_module(f"tcrag_langgraph.tools.{module}"), optionflags=doctest.ELLIPSIS)
+    assert result.attempted > 0 and result.failed == 0

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any, Iterable, Union
 
 from langchain_core.messages import ToolMessage
@@ -10,7 +11,7 @@ from ..base import ToolError
 from ..secrets import scrub_secrets
 from ..tokens import count_tokens, trim_to_tokens
 
-__all__ = ["ToolOutcome", "is_tool_error", "tool_error", "bounded_error", "bounded_observation"]
+__all__ = ["ToolOutcome", "is_tool_error", "tool_error", "bounded_error", "bounded_observation", "content_text"]
 
 #: The result of :func:`~tcrag_langgraph.tools.layer.invoke_tool`: observation text, or a typed error.
 ToolOutcome = Union[str, ToolError]
@@ -46,3 +47,16 @@ def tool_error(tool: str, kind: str, message: str, *, max_tokens: int, secrets: 
 def bounded_observation(text: str, max_tokens: int, secrets: Iterable[str] = ()) -> str:
     """Observation text scrubbed of ``secrets`` and trimmed to ``max_tokens``."""
     return trim_to_tokens(scrub_secrets(text, secrets), max_tokens)
+
+
+def content_text(content: Any) -> str:
+    """Plain text of what a tool returned or a message's ``content`` (a string, or LangChain content blocks)."""
+    if content is None:
+        return ""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return "".join(p.get("text", "") if isinstance(p, dict) else str(p) for p in content)
+    if isinstance(content, (dict, tuple)):
+        return json.dumps(content, ensure_ascii=False, default=str)
+    return str(content)

@@ -18,7 +18,6 @@ callbacks (``on_tool_start``/``on_tool_end``) fire as for ``tool.invoke``.
 from __future__ import annotations
 
 import asyncio
-import json
 import time
 from typing import Any, Iterable, Optional
 
@@ -28,7 +27,7 @@ from langchain_core.tools import BaseTool
 
 from ..base import ToolError
 from .options import ToolOptions
-from .outcome import ToolOutcome, bounded_error, bounded_observation, tool_error
+from .outcome import ToolOutcome, bounded_error, bounded_observation, content_text, tool_error
 from .pool import CallLimits, DeadlineExceeded, arun_before_deadline, call_limits, run_before_deadline
 from .tool import LayeredTool
 
@@ -45,30 +44,18 @@ def _limits(timeout_s: Optional[float], max_output_tokens: Optional[int]) -> tup
     return (timeout_s or _DEFAULTS.timeout_s, max_output_tokens or _DEFAULTS.max_output_tokens)
 
 
-def _text(content: Any) -> str:
-    if content is None:
-        return ""
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list):  # LangChain content blocks
-        return "".join(p.get("text", "") if isinstance(p, dict) else str(p) for p in content)
-    if isinstance(content, (dict, tuple)):
-        return json.dumps(content, ensure_ascii=False, default=str)
-    return str(content)
-
-
 def _typed(tool: BaseTool, result: Any, max_tokens: int, secrets: Iterable[str]) -> ToolOutcome:
     """Whatever the tool returned, as observation text or a ToolError, scrubbed and within budget."""
     if isinstance(result, ToolMessage):
         if isinstance(result.artifact, ToolError):
             result = result.artifact
         elif result.status == "error":
-            return tool_error(tool.name, "exception", _text(result.content), max_tokens=max_tokens, secrets=secrets)
+            return tool_error(tool.name, "exception", content_text(result.content), max_tokens=max_tokens, secrets=secrets)
         else:
             result = result.content
     if isinstance(result, ToolError):
         return bounded_error(result, max_tokens, secrets)
-    text = _text(getattr(result, "content", result)).replace("\x00", "").strip()
+    text = content_text(getattr(result, "content", result)).replace("\x00", "").strip()
     if not text:
         return tool_error(tool.name, "bad_response", "the tool returned nothing", max_tokens=max_tokens, secrets=secrets)
     return bounded_observation(text, max_tokens, secrets)
@@ -116,6 +103,8 @@ def invoke_tool(
         _limits(timeout_s, max_output_tokens)  # validate only: the tool's options fill what is unset
         with call_limits(CallLimits(timeout_s, max_output_tokens)):
             result = tool.invoke(tool_input, config)
+        if isinstance(result, (str, ToolError)):
+            return result  # the layer already scrubbed and trimmed it
         options = tool.options
         budget = max_output_tokens or options.max_output_tokens
         return _typed(tool, result, budget, options.secrets)
@@ -146,6 +135,8 @@ async def ainvoke_tool(
         _limits(timeout_s, max_output_tokens)
         with call_limits(CallLimits(timeout_s, max_output_tokens)):
             result = await tool.ainvoke(tool_input, config)
+        if isinstance(result, (str, ToolError)):
+            return result
         options = tool.options
         return _typed(tool, result, max_output_tokens or options.max_output_tokens, options.secrets)
     timeout, budget = _limits(timeout_s, max_output_tokens)

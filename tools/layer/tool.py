@@ -215,15 +215,22 @@ class LayeredTool(BaseTool):
             result = self._error(options, "internal", f"{type(exc).__name__}: {exc}")
         return result, (result if isinstance(result, ToolError) else None)
 
-    def _run_layer(self, tool_input: Any, config: Optional[RunnableConfig], options: Optional[ToolOptions] = None) -> str | ToolError:
-        options = options or self._options
+    def _begin(self, tool_input: Any, config: Optional[RunnableConfig], options: ToolOptions) -> Any:
+        """The call's deadline and validated arguments, or its outcome already (bad input, cache hit)."""
         deadline = time.monotonic() + options.timeout_s
         prepared = self._prepare(tool_input, config, options)
         if isinstance(prepared, ToolError):
             return prepared
         args, key = prepared
-        if (hit := self._cached(key, options)) is not None:
-            return hit
+        hit = self._cached(key, options)
+        return hit if hit is not None else (args, key, deadline)
+
+    def _run_layer(self, tool_input: Any, config: Optional[RunnableConfig], options: Optional[ToolOptions] = None) -> str | ToolError:
+        options = options or self._options
+        begun = self._begin(tool_input, config, options)
+        if not isinstance(begun, tuple):
+            return begun
+        args, key, deadline = begun
         try:
             result = run_before_deadline(lambda: self._sync_attempts(args, config, options, deadline), deadline)
         except Exception as exc:
@@ -241,13 +248,10 @@ class LayeredTool(BaseTool):
         return result, (result if isinstance(result, ToolError) else None)
 
     async def _arun_layer(self, tool_input: Any, config: Optional[RunnableConfig], options: ToolOptions) -> str | ToolError:
-        deadline = time.monotonic() + options.timeout_s
-        prepared = self._prepare(tool_input, config, options)
-        if isinstance(prepared, ToolError):
-            return prepared
-        args, key = prepared
-        if (hit := self._cached(key, options)) is not None:
-            return hit
+        begun = self._begin(tool_input, config, options)
+        if not isinstance(begun, tuple):
+            return begun
+        args, key, deadline = begun
         try:
             if self._afunc is not None:
                 result = await self._async_attempts(args, config, options, deadline)
