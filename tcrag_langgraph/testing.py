@@ -27,6 +27,7 @@ Script format (every key but ``replies`` optional)::
       "tools": {"DOC_RAG": "Scripted passage about {input}."},
       "config": {"max_steps": 8},           # TCRAGConfig fields (the graph's base config)
       "calls_log": "/tmp/calls.jsonl",      # one JSON line per model call (pid, index, question)
+      "max_recorded_calls": 256,            # calls kept for inspection (null: all)
       "real_tools": false                   # true: add the real default tools (e.g. EMR_SEARCH)
     }
 
@@ -114,6 +115,8 @@ class Script(BaseModel):
     tools: dict[str, str] = Field(default_factory=dict)
     config: dict[str, Any] = Field(default_factory=dict)
     calls_log: Optional[str] = None
+    max_recorded_calls: Optional[int] = Field(
+        default=256, ge=0, description="Calls the model and scorer keep for inspection (None: all); bounds a demo server.")
     real_tools: bool = Field(default=False, description="Also give the agent the real default tools (EMR_SEARCH ...).")
 
 
@@ -152,8 +155,10 @@ class ScriptedChatModel(BaseChatModel):
     replies: list[ScriptedReply]
     mode: Literal["stack", "sequence"] = "stack"
     calls_log: Optional[str] = None
+    max_recorded_calls: Optional[int] = Field(default=None, ge=0, description="Keep only the last N calls (None: all).")
     _lock: threading.Lock = PrivateAttr(default_factory=threading.Lock)
     _next: int = PrivateAttr(default=0)
+    _count: int = PrivateAttr(default=0)
     _calls: list[dict[str, Any]] = PrivateAttr(default_factory=list)
 
     @property
@@ -165,6 +170,12 @@ class ScriptedChatModel(BaseChatModel):
         """Every call so far in this process: ``{"index", "question"}`` (a copy)."""
         with self._lock:
             return list(self._calls)
+
+    @property
+    def call_count(self) -> int:
+        """Calls so far in this process (all of them, also when only the last few are recorded)."""
+        with self._lock:
+            return self._count
 
     def _generate(self, messages: list[BaseMessage], stop: Optional[list[str]] = None, run_manager: Any = None,
                   **kwargs: Any) -> ChatResult:
@@ -180,7 +191,9 @@ class ScriptedChatModel(BaseChatModel):
                              len(self.replies))
             if index >= len(self.replies):
                 raise ScriptExhausted(f"all {len(self.replies)} scripted replies used (question {question!r})")
+            self._count += 1
             self._calls.append({"index": index, "question": question})
+            _keep_last(self._calls, self.max_recorded_calls)
             if self.calls_log:
                 with open(self.calls_log, "a", encoding="utf-8") as fh:
                     fh.write(json.dumps({"pid": os.getpid(), "index": index, "question": question}) + "\n")
@@ -195,7 +208,8 @@ class ScriptedChatModel(BaseChatModel):
 
 class ScriptedScorer:
     """State-monitor stand-in: the value scripted for a scored text, else ``default``. Thread-safe;
-    every call is recorded in :attr:`calls` as ``(query, text, metric)``.
+    every call is recorded in :attr:`calls` as ``(query, text, metric)`` (only the last
+    ``max_recorded_calls`` if set).
 
     ``match="exact"`` (default): a key equals the text (``{question}`` in a key is replaced by the
     run's question first). ``match="substring"``: the first key (in insertion order) contained in the
@@ -209,18 +223,20 @@ class ScriptedScorer:
     """
 
     def __init__(self, values: Optional[Mapping[str, float]] = None, *, default: float = 50.0,
-                 match: Literal["exact", "substring"] = "exact") -> None:
+                 match: Literal["exact", "substring"] = "exact", max_recorded_calls: Optional[int] = None) -> None:
         if match not in ("exact", "substring"):
             raise ValueError(f"match must be 'exact' or 'substring', got {match!r}")
         self.values = {str(k): float(v) for k, v in (values or {}).items()}
         self.default = float(default)
         self.match = match
+        self.max_recorded_calls = max_recorded_calls
         self._lock = threading.Lock()
         self.calls: list[tuple[str, str, str]] = []
 
     def score(self, query: str, text: str, *, metric: str) -> float:
         with self._lock:
             self.calls.append((query, text, metric))
+            _keep_last(self.calls, self.max_recorded_calls)
         for key, value in self.values.items():
             key = key.replace("{question}", query)
             if (key == text) if self.match == "exact" else (key in text):
@@ -248,6 +264,12 @@ class RecordingChatModel(FakeListChatModel):
 def recording_model(responses: Iterable[str]) -> RecordingChatModel:
     """A :class:`RecordingChatModel` replying ``responses`` in order, with an empty record."""
     return RecordingChatModel(responses=list(responses), seen=[])
+
+
+def _keep_last(records: list, limit: Optional[int]) -> None:
+    """Drop the oldest records beyond ``limit`` (a long-running demo server must not grow)."""
+    if limit is not None and len(records) > limit:
+        del records[: len(records) - limit]
 
 
 def _stack_text(messages: list[BaseMessage]) -> str:
@@ -286,8 +308,10 @@ def scripted_components(source: Union[str, os.PathLike[str], Mapping[str, Any], 
 
         tools.extend(default_tools())
     return {
-        "model": ScriptedChatModel(replies=script.replies, mode=script.mode, calls_log=script.calls_log),
-        "scorer": ScriptedScorer(script.scores, default=script.default_score),
+        "model": ScriptedChatModel(replies=script.replies, mode=script.mode, calls_log=script.calls_log,
+                                   max_recorded_calls=script.max_recorded_calls),
+        "scorer": ScriptedScorer(script.scores, default=script.default_score,
+                                 max_recorded_calls=script.max_recorded_calls),
         "tools": tools,
         "config": TCRAGConfig.model_validate(script.config),
     }

@@ -223,12 +223,12 @@ def emr_call(base: str, token: str, thread_id: str) -> dict:
 
 def test_no_or_wrong_token_is_refused_and_health_stays_open(secured):
     base, model = secured
-    before = len(model.calls)
+    before = model.call_count
     for headers in ({}, bearer("wrong"), bearer(DOCTOR + "x"), {"X-API-Key": DOCTOR[:-1]}, {"Authorization": DOCTOR}):
         r = httpx.post(f"{base}/tcrag/invoke", json={"input": chat("q?")}, headers=headers, timeout=10)
         assert r.status_code == 401 and r.headers["www-authenticate"] == "Bearer", headers
         assert httpx.get(f"{base}/tcrag/threads/x", headers=headers, timeout=10).status_code == 401
-    assert httpx.get(f"{base}/healthz", timeout=10).json()["ok"] and len(model.calls) == before  # no run started
+    assert httpx.get(f"{base}/healthz", timeout=10).json()["ok"] and model.call_count == before  # no run started
     r = httpx.post(f"{base}/tcrag/invoke", json={"input": chat("key?")}, headers={"X-API-Key": DOCTOR}, timeout=30)
     assert r.status_code == 200, r.text
 
@@ -276,7 +276,7 @@ def test_foreign_host_header_is_refused(secured):
 
 def test_malformed_bodies_get_clean_4xx_before_any_run(secured):
     base, model = secured
-    calls_before = len(model.calls)
+    calls_before = model.call_count
     good = json.dumps({"input": chat("q?")})
     cases = [
         (post(base, "/tcrag/invoke", good, headers={"content-type": "text/plain"}), 415),
@@ -293,7 +293,7 @@ def test_malformed_bodies_get_clean_4xx_before_any_run(secured):
               headers={"content-type": "application/json"}), 422),
     ]
     assert [r.status_code for r, _ in cases] == [status for _, status in cases], [r.text for r, _ in cases]
-    assert len(model.calls) == calls_before  # nothing reached the agent
+    assert model.call_count == calls_before  # nothing reached the agent
     ok = post(base, "/tcrag/invoke", good, headers={"content-type": "application/json; charset=utf-8"})
     assert ok.status_code == 200, ok.text
 
