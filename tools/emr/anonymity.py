@@ -19,8 +19,10 @@ The rule, with k = ``min_cohort_size`` (3 by default):
 This defends against singling out one patient by combining criteria (ranking by how many criteria
 a patient matches used to put the only patient with a rare code pair first) and against learning
 that a rare combination exists. It is k-anonymity plus small-cell suppression, not differential
-privacy: an attacker who differences many bucketed counts across queries learns at most the bucket
-boundaries, never a record.
+privacy: an attacker who differences bucketed counts across queries learns at most bucket
+boundaries, never a record; and, as with any k-anonymity, someone who already knows that a person
+belongs to a shown group (matches its criteria, sex and age band) learns the facts the whole group
+shares. Look-ups of one patient's record are a separate path with its own access control.
 """
 
 from __future__ import annotations
