@@ -7,7 +7,7 @@ Only fields a caller set explicitly override the layer below.
 
 from __future__ import annotations
 
-from typing import Any, Literal, Mapping, Optional
+from typing import Annotated, Any, Literal, Mapping, Optional, Union
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
@@ -35,7 +35,11 @@ class TCRAGConfig(BaseModel):
     model_config = ConfigDict(extra="forbid", validate_assignment=True)
 
     metric: Literal["cppl", "uct"] = "cppl"
-    sigma: Optional[float] = Field(default=None, gt=0, description="Halting threshold; None = paper default for the metric.")
+    sigma: Optional[Union[Annotated[float, Field(gt=0)], Literal["auto"]]] = Field(
+        default=None,
+        description="Halting threshold; None = paper default for the metric; 'auto' = the model's stored "
+        "calibration (tcrag calibrate), resolved at graph build time by eval.calibration.resolve_sigma.",
+    )
     initial_state_value: float = Field(default=1e9, gt=0, description="The 'large value' the state starts at.")
     max_steps: int = Field(default=12, ge=1, le=1000, description="Actions applied before the run halts unvalidated.")
     max_new_tokens: int = Field(default=500, ge=1, le=8192)
@@ -61,15 +65,27 @@ class TCRAGConfig(BaseModel):
     @field_validator("sigma", mode="before")
     @classmethod
     def _sigma_number(cls, value: Any) -> Any:
+        import math
+
         if isinstance(value, bool):
-            raise ValueError("sigma must be a number")
+            raise ValueError("sigma must be a number or 'auto'")
+        if isinstance(value, str) and value.strip().lower() == "auto":
+            return "auto"
+        number = value
+        if isinstance(value, str):
+            try:
+                number = float(value)
+            except ValueError:
+                raise ValueError(f"sigma must be a number or 'auto', not {value!r}") from None
+        if isinstance(number, (int, float)) and not math.isfinite(number):
+            raise ValueError("sigma must be finite")
         return value
 
     @model_validator(mode="after")
     def _finite(self) -> "TCRAGConfig":
         import math
 
-        for name in ("sigma", "initial_state_value", "temperature"):
+        for name in ("initial_state_value", "temperature"):  # sigma: checked by its own validator
             value = getattr(self, name)
             if value is not None and not math.isfinite(value):
                 raise ValueError(f"{name} must be finite")
@@ -77,6 +93,16 @@ class TCRAGConfig(BaseModel):
 
     @property
     def effective_sigma(self) -> float:
+        """sigma as a number: the set value, else the paper's default for the metric.
+
+        ``sigma="auto"`` has no number until the model is known: resolve it first with
+        ``tcrag_langgraph.eval.calibration.resolve_sigma(config, model_id)``; here it is a ValueError.
+        """
+        if self.sigma == "auto":
+            raise ValueError(
+                "sigma='auto' is resolved from the model's calibration at graph build time "
+                "(tcrag_langgraph.eval.calibration.resolve_sigma(config, model_id))"
+            )
         return float(self.sigma if self.sigma is not None else DEFAULT_SIGMA[self.metric])
 
     def allowed_actions(self, *, has_tools: bool = True) -> list[str]:

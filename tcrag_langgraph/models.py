@@ -40,6 +40,7 @@ __all__ = [
     "LocalChatModel",
     "load_local_model",
     "resolve_chat_model",
+    "chat_model_id",
     "default_model_source",
     "cache_dir",
     "DTYPES",
@@ -564,3 +565,27 @@ def _check_model_path(path: Path) -> None:
             raise ValueError(f"GGUF file {path} does not exist")
     elif not (path / "config.json").is_file():
         raise ValueError(f"{path} is not a transformers model folder (no config.json) and not a .gguf file")
+
+
+def chat_model_id(model: Any) -> str:
+    """A stable name for a chat model, without loading it: the key its calibration is stored under.
+
+    LocalChatModel: the packaged model's name, or the folder / GGUF file name; a served model: its
+    ``model_name`` / ``model`` / ``model_id`` attribute; ``None``: the packaged default.
+
+    Example:
+        >>> chat_model_id(None)
+        'SmolLM2-135M-Instruct'
+    """
+    if model is None:
+        return "SmolLM2-135M-Instruct"
+    if isinstance(model, LocalChatModel):
+        return model.model_id
+    for attr in ("model_name", "model", "model_id"):
+        value = getattr(model, attr, None)
+        if isinstance(value, str) and value.strip():
+            return value.strip()
+    llm = getattr(model, "llm", None)  # ChatHuggingFace -> HuggingFacePipeline
+    if llm is not None and llm is not model:
+        return chat_model_id(llm)
+    raise ValueError(f"cannot tell which model {type(model).__name__} is; give the model id explicitly")

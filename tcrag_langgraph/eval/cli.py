@@ -6,6 +6,9 @@ Examples::
     tcrag eval --dataset medmcqa --method react,tcrag-cppl --tools docs --attack partial --noise relevant --out runs/noise
     tcrag calibrate --dataset pubmedqa --split trainval --metric cppl --limit 50 --out runs/calib
 
+``tcrag calibrate`` also stores the result for ``sigma="auto"`` (see
+:func:`tcrag_langgraph.eval.calibration.default_calibration_path`).
+
 ``--model``, ``--tools`` and ``--scorer`` take a preset or ``module:callable`` (a factory returning
 a chat model, a list of tools, or a scorer), so any LangChain model or tool set can be evaluated.
 """
@@ -48,7 +51,7 @@ def resolve_model(spec: str, *, max_new_tokens: int, temperature: float) -> Any:
 
     if spec == "local":
         return LocalChatModel(max_new_tokens=max_new_tokens, temperature=temperature)
-    if Path(spec).is_dir():
+    if Path(spec).is_dir() or (spec.lower().endswith(".gguf") and Path(spec).is_file()):
         return LocalChatModel(model_path=spec, max_new_tokens=max_new_tokens, temperature=temperature)
     return load_factory(spec)
 
@@ -210,17 +213,25 @@ def register(app: typer.Typer) -> None:
         seed: int = typer.Option(0),
         out: Path = typer.Option(..., help="output folder (results.jsonl, calibration.json); reruns resume"),
         context: bool = typer.Option(True, "--context/--no-context"),
-        model: str = typer.Option("local"),
+        model: str = typer.Option("local", help="local, a transformers folder, a .gguf file, or module:callable"),
         tools: str = typer.Option("none"),
         scorer: str = typer.Option("local"),
         max_steps: int = typer.Option(12, min=1),
         max_new_tokens: int = typer.Option(500, min=1),
         temperature: float = typer.Option(0.6, min=0.0),
         progress: bool = typer.Option(True, "--progress/--no-progress"),
+        save: bool = typer.Option(True, "--save/--no-save", help="store the sigma for sigma='auto' (ask/eval/serve/build_graph)"),
+        calibration_file: Optional[Path] = typer.Option(
+            None, help="where to store it (default: $TCRAG_CACHE_DIR/calibration/<model-id>.<metric>.json)"),
+        model_id: Optional[str] = typer.Option(None, help="the id to store it under (default: the model's own name)"),
+        save_unsupported: bool = typer.Option(False, help="store the sigma even when the value does not separate "
+                                              "correct from wrong answers (AUROC <= 0.5)"),
     ) -> None:
-        """State values of correct vs wrong answers on a dev split: AUROC and a proposed sigma."""
+        """State values of correct vs wrong answers on a dev split: AUROC and a proposed sigma, stored
+        for ``sigma="auto"``."""
         from ..config import TCRAGConfig
-        from .calibration import calibrate
+        from ..models import chat_model_id
+        from .calibration import Calibration, calibrate, save_calibration
         from .datasets import format_question, sample_records
         from .methods import build_methods
         from .runner import SettingsMismatch, run_evaluation
@@ -240,6 +251,12 @@ def register(app: typer.Typer) -> None:
             raise typer.BadParameter("calibration needs multiple-choice or yes/no questions (correct vs wrong)")
         cfg = TCRAGConfig(metric=metric, max_steps=max_steps, max_new_tokens=max_new_tokens, temperature=temperature)
         chat = resolve_model(model, max_new_tokens=max_new_tokens, temperature=temperature)
+        stored_id: Optional[str] = model_id
+        if save and stored_id is None:
+            try:
+                stored_id = chat_model_id(chat)
+            except ValueError as exc:  # reported after the measurement, which stays useful
+                console.print(f"[yellow]{exc}: the result will not be stored (pass --model-id)[/]")
         state_scorer = resolve_scorer(scorer, chat)
         graphs = build_methods(names, model=chat, tools=resolve_tools(tools), scorer=state_scorer, config=cfg)
         settings = {"dataset": dataset, "split": split, "context": context, "limit": limit, "model": model,
@@ -282,8 +299,25 @@ def register(app: typer.Typer) -> None:
             f"proposed sigma ({rule}): {p.sigma:.4g}  TPR {p.tpr:.2f}  FPR {p.fpr:.2f}  "
             f"decision accuracy {p.decision_accuracy:.2f}  accept rate {p.accept_rate:.2f}"
         )
-        if result.auroc <= 0.5 or (rule == "youden" and p.objective <= 0):
+        supported = not (result.auroc <= 0.5 or (rule == "youden" and p.objective <= 0))
+        if not supported:
             typer.echo(
                 "warning: the state value does not separate correct from wrong answers on this data "
                 "(AUROC <= 0.5 or no positive Youden J); the proposed sigma is not supported by it."
             )
+        if save and stored_id and (supported or save_unsupported):
+            try:
+                stored = Calibration(
+                    metric=metric, sigma=p.sigma, auroc=result.auroc, model_id=stored_id,
+                    dataset=dataset if split is None else f"{dataset}:{split}", n=result.n,
+                    details={"rule": rule, "method": names[0], "tpr": p.tpr, "fpr": p.fpr,
+                             "n_correct": result.n_correct, "n_wrong": result.n_wrong,
+                             "n_missing": result.n_missing, "limit": limit, "seed": seed, "supported": supported},
+                )
+            except ValueError as exc:
+                console.print(f"[red]not stored:[/] {exc}")
+                raise typer.Exit(code=1) from exc
+            where = save_calibration(stored, calibration_file)
+            typer.echo(f"stored for sigma='auto' (model {stored_id!r}): {where}")
+        elif save and stored_id:
+            typer.echo("not stored for sigma='auto' (pass --save-unsupported to store it anyway)")

@@ -73,3 +73,157 @@ def test_calibrate_summary():
     assert r.median_correct == 2.0 and r.median_wrong == 7.0
     assert r.auroc == pytest.approx(2 / 3)  # pairs vs wrong 7: 1 ok, 2 ok, 9 bad
     assert r.to_dict()["proposal"]["sigma"] == r.sigma
+
+
+# --- stored calibrations: sigma per model (issue 11 item 5) ---------------------------------------
+
+import json  # noqa: E402
+
+import typer  # noqa: E402
+from typer.testing import CliRunner  # noqa: E402
+
+from tcrag_langgraph.config import TCRAGConfig  # noqa: E402
+from tcrag_langgraph.eval.calibration import (  # noqa: E402
+    Calibration,
+    CalibrationNotFoundError,
+    default_calibration_path,
+    load_calibration,
+    resolve_sigma,
+    save_calibration,
+)
+
+H = "tests.eval.helpers"
+
+
+@pytest.fixture
+def cache(tmp_path, monkeypatch):
+    root = tmp_path / "cache"
+    monkeypatch.setenv("TCRAG_CACHE_DIR", str(root))
+    return root
+
+
+def _calibration(**changes):
+    values = dict(metric="cppl", sigma=6.5, auroc=0.81, model_id="qwen2.5-coder-0.5b-instruct",
+                  dataset="pubmedqa:trainval", n=40)
+    return Calibration(**{**values, **changes})
+
+
+def test_default_location_is_under_the_cache_dir(cache):
+    assert default_calibration_path("Qwen/Qwen2.5 0.5B", "uct") == cache / "calibration" / "Qwen_Qwen2.5_0.5B.uct.json"
+    with pytest.raises(ValueError, match="unknown metric"):
+        default_calibration_path("m", "ppl")
+
+
+def test_save_then_load_round_trip(cache):
+    stored = _calibration(details={"rule": "youden"})
+    path = save_calibration(stored)
+    assert path == default_calibration_path(stored.model_id, "cppl") and path.is_file()
+    data = json.loads(path.read_text())
+    assert {"metric", "sigma", "auroc", "model_id", "dataset", "n", "created"} <= set(data)
+    assert data["created"].endswith("+00:00")
+    assert load_calibration(model_id=stored.model_id, metric="cppl") == stored
+    elsewhere = save_calibration(stored, cache / "mine.json")
+    assert load_calibration(elsewhere, model_id=stored.model_id, metric="cppl").sigma == 6.5
+
+
+def test_missing_or_mismatched_calibrations_are_clear_errors(cache):
+    with pytest.raises(CalibrationNotFoundError, match="tcrag calibrate .*--metric uct"):
+        load_calibration(model_id="m", metric="uct")
+    path = save_calibration(_calibration(), cache / "c.json")
+    with pytest.raises(ValueError, match="measured for model 'qwen2.5-coder-0.5b-instruct', not 'other'"):
+        load_calibration(path, model_id="other", metric="cppl")
+    with pytest.raises(ValueError, match="calibrates cppl, not uct"):
+        load_calibration(path, model_id="qwen2.5-coder-0.5b-instruct", metric="uct")
+    path.write_text('{"metric": "cppl", "sigma": -1}')
+    with pytest.raises(ValueError, match="not a valid calibration file.*missing"):
+        load_calibration(path, model_id="m", metric="cppl")
+    path.write_text("not json")
+    with pytest.raises(ValueError, match="not a valid calibration file"):
+        load_calibration(path, model_id="m", metric="cppl")
+    for bad in (dict(sigma=0.0), dict(sigma=float("inf")), dict(auroc=1.5), dict(n=0), dict(model_id=" "),
+                dict(metric="bleu")):
+        with pytest.raises(ValueError):
+            _calibration(**bad)
+
+
+def test_resolve_sigma_for_numbers_defaults_and_auto(cache):
+    assert resolve_sigma(TCRAGConfig(sigma=3.0), "m") == 3.0
+    assert resolve_sigma(TCRAGConfig(metric="uct"), "m") == 20.0
+    auto = TCRAGConfig(sigma="auto")
+    with pytest.raises(ValueError, match="resolve_sigma"):
+        auto.effective_sigma
+    with pytest.raises(CalibrationNotFoundError):
+        resolve_sigma(auto, "qwen2.5-coder-0.5b-instruct")
+    save_calibration(_calibration())
+    save_calibration(_calibration(metric="uct", sigma=0.9))
+    assert resolve_sigma(auto, "qwen2.5-coder-0.5b-instruct") == 6.5
+    assert resolve_sigma(auto.merged({"metric": "uct"}), "qwen2.5-coder-0.5b-instruct") == 0.9
+    with pytest.raises(CalibrationNotFoundError):
+        resolve_sigma(auto, "another-model")
+
+
+def test_config_sigma_accepts_auto_and_numbers_only():
+    assert TCRAGConfig(sigma=" Auto ").sigma == "auto"
+    assert TCRAGConfig(sigma="2.5").sigma == 2.5
+    for bad in ("automatic", True, 0, -1.0, float("nan"), "inf"):
+        with pytest.raises(ValueError):
+            TCRAGConfig(sigma=bad)
+
+
+@pytest.fixture
+def app():
+    from tcrag_langgraph.eval.cli import register
+
+    app = typer.Typer()
+
+    @app.callback()
+    def _group() -> None:
+        """test group"""
+
+    register(app)
+    return app
+
+
+@pytest.fixture
+def data(tmp_path):
+    rows = [{"id": f"q{i}", "question": f"Is drug {i} safe?", "answer": "yes" if i % 2 == 0 else "no"} for i in range(6)]
+    path = tmp_path / "yn.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return path
+
+
+def test_calibrate_command_stores_what_sigma_auto_loads(app, data, tmp_path, cache):
+    # Scripted: correct answers score 1-4, wrong ones 7-8 -> AUROC 1, Youden sigma 5.5 (see test_cli).
+    args = ["calibrate", "--dataset", str(data), "--model", f"{H}:drug_model", "--scorer", f"{H}:drug_scorer",
+            "--out", str(tmp_path / "cal"), "--no-progress", "--metric", "uct", "--model-id", "scripted-drugs"]
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 0, result.output
+    stored = load_calibration(model_id="scripted-drugs", metric="uct")
+    assert (stored.sigma, stored.auroc, stored.n, stored.dataset) == (5.5, 1.0, 6, str(data))
+    assert stored.details["rule"] == "youden" and stored.details["supported"] is True
+    assert str(default_calibration_path("scripted-drugs", "uct")) in result.output
+    assert resolve_sigma(TCRAGConfig(metric="uct", sigma="auto"), "scripted-drugs") == 5.5
+
+
+def test_calibrate_does_not_store_an_unsupported_sigma_unless_asked(app, data, tmp_path, cache):
+    base = ["calibrate", "--dataset", str(data), "--model", f"{H}:drug_model", "--scorer", f"{H}:reversed_drug_scorer",
+            "--no-progress", "--model-id", "reversed"]
+    result = CliRunner().invoke(app, [*base, "--out", str(tmp_path / "a")])
+    assert result.exit_code == 0 and "not stored" in result.output
+    with pytest.raises(CalibrationNotFoundError):
+        load_calibration(model_id="reversed", metric="cppl")
+    target = tmp_path / "forced.json"
+    result = CliRunner().invoke(app, [*base, "--out", str(tmp_path / "b"), "--save-unsupported",
+                                      "--calibration-file", str(target)])
+    assert result.exit_code == 0, result.output
+    assert load_calibration(target, model_id="reversed", metric="cppl").details["supported"] is False
+    assert not default_calibration_path("reversed", "cppl").exists()
+
+
+def test_calibrate_without_a_model_id_measures_but_does_not_store(app, data, tmp_path, cache):
+    args = ["calibrate", "--dataset", str(data), "--model", f"{H}:drug_model", "--scorer", f"{H}:drug_scorer",
+            "--out", str(tmp_path / "c"), "--no-progress"]
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 0, result.output
+    assert "--model-id" in result.output and "AUROC" in result.output
+    assert not (cache / "calibration").exists()
