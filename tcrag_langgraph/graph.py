@@ -20,6 +20,7 @@ Example:
 from __future__ import annotations
 
 import json
+import os
 import re
 from typing import Any, Callable, Literal, Optional, Sequence
 
@@ -39,7 +40,8 @@ from .auth import caller_for_run
 from .config import CALLER_KEY, TCRAGConfig, resolve_config
 from .prompting import demonstrations, message_text, system_prompt, turn_text
 from .result import RunResult
-from .scoring import StateScorer
+from .models import resolve_chat_model
+from .scoring import MonitorUnavailableError, StateScorer, scorer_for_model
 from .state import TCRAGState, ToolCallRecord, TraceEvent, render_stack
 from .tools.layer import invoke_tool, is_tool_error
 from .tools.tokens import count_tokens
@@ -64,39 +66,24 @@ class _Machine:
 
     def __init__(
         self,
-        model: Optional[BaseChatModel],
+        model: BaseChatModel,
         tools: Sequence[BaseTool],
         scorer: Optional[StateScorer | Callable[..., float]],
         config: TCRAGConfig,
         *,
         trust_client_identity: bool = False,
     ) -> None:
-        self._model = model
+        self.model = model
         self.tools = {t.name: t for t in tools}
-        if len(self.tools) != len(tools):
-            raise ValueError("tool names must be unique")
         self._scorer = scorer
         self.base_config = config
         self.trust_client_identity = trust_client_identity
 
-    # ----- lazily built defaults (the packaged local model) -----
-    @property
-    def model(self) -> BaseChatModel:
-        if self._model is None:
-            from .models import LocalChatModel
-
-            self._model = LocalChatModel(
-                max_new_tokens=self.base_config.max_new_tokens, temperature=self.base_config.temperature
-            )
-        return self._model
-
     def score(self, query: str, text: str, metric: str) -> float:
         if self._scorer is None:
-            from .models import LocalChatModel
-            from .scoring import LocalLMScorer
-
-            shared = self._model.local_model if isinstance(self._model, LocalChatModel) else None
-            self._scorer = LocalLMScorer(shared)
+            raise MonitorUnavailableError(
+                "this run turned the state monitor on, but the graph was built without one (its config had "
+                "enable_state_monitor=False and no scorer=): build it with a scorer to monitor runs")
         if hasattr(self._scorer, "score"):
             value = self._scorer.score(query, text, metric=metric)
         else:
@@ -394,7 +381,7 @@ def question_problem(raw: Any, cfg: TCRAGConfig) -> tuple[str, Optional[str]]:
 
 def build_graph(
     *,
-    model: Optional[BaseChatModel] = None,
+    model: BaseChatModel | str | os.PathLike[str] | None = None,
     tools: Optional[Sequence[BaseTool]] = None,
     scorer: Optional[StateScorer | Callable[..., float]] = None,
     config: Optional[TCRAGConfig | dict[str, Any]] = None,
@@ -406,10 +393,16 @@ def build_graph(
     """Build and compile the TC-RAG graph.
 
     Args:
-        model: any LangChain chat model; ``None`` uses the packaged SmolLM2-135M-Instruct.
+        model: any LangChain chat model; a path to a transformers folder or a ``.gguf`` file (a local
+            model, converted once and cached); a ``"provider:model"`` name for LangChain's
+            ``init_chat_model`` (e.g. ``"openai:NAME"`` for a vLLM server); ``None`` uses the
+            packaged SmolLM2-135M-Instruct. See :func:`tcrag_langgraph.models.resolve_chat_model`.
         tools: LangChain tools the agent may call (names must be unique); none by default.
-        scorer: the state monitor (``score(query, text, *, metric) -> float``); ``None`` uses the
-            local causal LM (the packaged model, shared with the default generator).
+        scorer: the state monitor (``score(query, text, *, metric) -> float``). ``None`` scores with
+            the generator's own weights (:func:`tcrag_langgraph.scoring.scorer_for_model`: local and
+            langchain-huggingface models); for any other model it raises
+            :class:`~tcrag_langgraph.scoring.MonitorUnavailableError` naming the options (pass a
+            scorer, or ``TCRAGConfig(enable_state_monitor=False)``).
         config: :class:`TCRAGConfig` (or a dict of its fields); overridable per run through
             ``context=`` or ``config["configurable"]``.
         checkpointer: a LangGraph checkpointer (e.g. ``SqliteSaver``) for durable, resumable runs.
@@ -428,8 +421,16 @@ def build_graph(
     for tool in tools:
         if not isinstance(tool, BaseTool):
             raise TypeError(f"tools must be LangChain BaseTool instances, got {type(tool).__name__}")
-    if model is not None and not isinstance(model, BaseChatModel):
-        raise TypeError(f"model must be a LangChain chat model (BaseChatModel), got {type(model).__name__}")
+    if len({tool.name for tool in tools}) != len(tools):
+        raise ValueError("tool names must be unique")
+    if not (model is None or isinstance(model, (BaseChatModel, str, os.PathLike))):
+        raise TypeError(f"model must be a LangChain chat model, a path or a 'provider:model' name, "
+                        f"got {type(model).__name__}")
+    if not isinstance(model, BaseChatModel):  # the packaged default, a local path or a provider name
+        model = resolve_chat_model(model, max_new_tokens=cfg.max_new_tokens, temperature=cfg.temperature)
+    if scorer is None and cfg.enable_state_monitor:
+        # The monitor scores with the generator's own weights, never silently with another model.
+        scorer = scorer_for_model(model)
     machine = _Machine(model, tools, scorer, cfg, trust_client_identity=trust_client_identity)
     builder = StateGraph(TCRAGState, context_schema=TCRAGConfig)
     builder.add_node("Start", machine.start)

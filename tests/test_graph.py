@@ -344,11 +344,28 @@ def test_build_graph_validates_arguments():
     with pytest.raises(TypeError, match="BaseTool"):
         build_graph(model=scripted(["x"]), tools=[lambda q: q])
     with pytest.raises(TypeError, match="chat model"):
+        build_graph(model=42)
+    with pytest.raises(ValueError, match="provider:model"):
         build_graph(model="gpt")
     with pytest.raises(ValueError):
         build_graph(model=scripted(["x"]), config={"sigma": -1})
     with pytest.raises(ValueError, match="unique"):
         build_graph(model=scripted(["x"]), tools=[doc_rag, doc_rag])
+
+
+def test_a_generator_without_log_probs_needs_an_explicit_monitor():
+    """Issue 11: never score with a different model silently."""
+    from tcrag_langgraph.scoring import MonitorUnavailableError
+
+    with pytest.raises(MonitorUnavailableError, match="scorer=.*enable_state_monitor=False"):
+        build_graph(model=scripted(["Conclusion: x"]))
+    out = build_graph(model=scripted(["Conclusion: x"]), config={"enable_state_monitor": False}).invoke(
+        {"question": "q?"})
+    assert out["halt_reason"] == "conclusion_unmonitored"
+    # turning the monitor on per run, on a graph built without one, halts with the reason
+    out = build_graph(model=scripted(["Conclusion: x"]), config={"enable_state_monitor": False}).invoke(
+        {"question": "q?"}, context={"enable_state_monitor": True})
+    assert out["halt_reason"] == "scorer_error" and "built without one" in out["error"]
 
 
 def test_chat_turns_on_one_thread_answer_the_newest_message():
