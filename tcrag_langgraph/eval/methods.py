@@ -35,6 +35,7 @@ Example:
 
 from __future__ import annotations
 
+import importlib
 import re
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Optional, Sequence
@@ -61,9 +62,12 @@ class MethodSpec:
     name: str
     label: str
     group: str
-    kind: str  # "direct" (Base/CoT/SR-RAG graphs) or "tcrag" (build_graph)
+    kind: str  # "direct" (Base/CoT/SR-RAG graphs), "tcrag" (build_graph) or "graph" (a method module)
     overrides: Mapping[str, Any] = field(default_factory=dict)
     uses_tools: bool = True
+    #: for kind "graph": "module:function" under tcrag_langgraph.methods, called as
+    #: ``function(model=..., tools=..., scorer=..., config=TCRAGConfig)`` -> compiled graph
+    builder: Optional[str] = None
 
 
 METHODS: dict[str, MethodSpec] = {
@@ -252,6 +256,10 @@ def build_method(
     base = config or TCRAGConfig()
     if spec.kind == "direct":
         return _direct_graph(name, model, list(tools) if spec.uses_tools else [], base)
+    if spec.kind == "graph":
+        module_name, _, function = (spec.builder or "").partition(":")
+        build = getattr(importlib.import_module(f"tcrag_langgraph.methods.{module_name}"), function)
+        return build(model=model, tools=list(tools), scorer=scorer, config=base)
     cfg = tcrag_config_for(name, config=base, sigmas=sigmas)
     return build_graph(model=model, tools=list(tools), scorer=scorer, config=cfg, name=name)
 
