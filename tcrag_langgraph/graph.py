@@ -24,12 +24,10 @@ import os
 import re
 from typing import Any, Callable, Literal, Optional, Sequence
 
-from langchain_core.callbacks.manager import dispatch_custom_event
 from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage
 from langchain_core.runnables import RunnableConfig
 from langchain_core.tools import BaseTool
-from langgraph.config import get_stream_writer
 from langgraph.graph import END, START, StateGraph
 from langgraph.runtime import Runtime
 from langgraph.types import Command, interrupt
@@ -38,6 +36,7 @@ from . import transitions
 from .actions import ActionParseError, format_instructions, parse_action
 from .auth import caller_for_run
 from .config import CALLER_KEY, TCRAGConfig, resolve_config
+from .events import EVENT_NAME, emit
 from .prompting import demonstrations, message_text, system_prompt, turn_text
 from .result import RunResult
 from .models import resolve_chat_model
@@ -49,8 +48,6 @@ from .transitions import HaltReason, Machine, Transition
 
 __all__ = ["build_graph", "question_problem", "EVENT_NAME", "NODE_NAMES", "HALT_REASONS"]
 
-#: Name of the custom events (``stream_mode="custom"`` payload ``type`` and ``astream_events`` name).
-EVENT_NAME = "tcrag"
 NODE_NAMES = ("Start", "Generate", "Thought", "Plan", "Tool_Use", "Summary", "Backtrack", "Conclusion", "Human_Review")
 HALT_REASONS = tuple(reason.value for reason in HaltReason)
 # Generation stops before the model invents a tool result or a new turn. Further actions in the
@@ -104,16 +101,8 @@ class _Machine:
     # ----- helpers -----
     @staticmethod
     def record(state: TCRAGState, config: RunnableConfig, event: TraceEvent) -> list[TraceEvent]:
-        """Emit ``event`` live (custom stream + callbacks) and return the extended trace."""
-        payload = {"type": EVENT_NAME, **event.model_dump()}
-        try:
-            get_stream_writer()(payload)
-        except Exception:  # outside a graph run there is no stream to write to
-            pass
-        try:
-            dispatch_custom_event(EVENT_NAME, payload, config=config)
-        except Exception:  # no callback manager / parent run: nothing listens
-            pass
+        """Emit ``event`` live and return the extended trace."""
+        emit(event, config)
         return [*state.get("trace", []), event]
 
     def halt(
