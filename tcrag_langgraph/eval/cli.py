@@ -84,13 +84,17 @@ def resolve_tools(spec: str, *, exclude_ids: Optional[list[str]] = None) -> list
 
 
 def resolve_scorer(spec: str, model: Any) -> Any:
-    """``local`` (state values from the local LM; shares weights with a local chat model) or
-    ``module:callable``."""
+    """``local`` (state values from the generator's own weights, see
+    :func:`~tcrag_langgraph.scoring.scorer_for_model`; a generator without a trusted log-prob source
+    is refused rather than scored by another model) or ``module:callable``."""
     if spec == "local":
-        from ..models import LocalChatModel
-        from ..scoring import LocalLMScorer
+        from ..scoring import MonitorUnavailableError, scorer_for_model
 
-        return LocalLMScorer(model.local_model if isinstance(model, LocalChatModel) else None)
+        try:
+            return scorer_for_model(model)
+        except MonitorUnavailableError as exc:
+            raise typer.BadParameter(f"{exc} Here: --scorer module:callable returning a scorer.",
+                                     param_hint="--scorer") from exc
     return load_factory(spec)
 
 

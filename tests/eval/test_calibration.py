@@ -227,3 +227,13 @@ def test_calibrate_without_a_model_id_measures_but_does_not_store(app, data, tmp
     assert result.exit_code == 0, result.output
     assert "--model-id" in result.output and "AUROC" in result.output
     assert not (cache / "calibration").exists()
+
+
+def test_calibrate_refuses_to_score_a_model_with_another_one(app, data, tmp_path, cache):
+    """The default --scorer local means the generator's own weights; a scripted generator has none."""
+    args = ["calibrate", "--dataset", str(data), "--model", f"{H}:drug_model", "--out", str(tmp_path / "d"),
+            "--no-progress", "--model-id", "scripted"]
+    result = CliRunner().invoke(app, args, env={"COLUMNS": "300"})
+    assert result.exit_code != 0
+    assert "enable_state_monitor=False" in result.output and "--scorer" in result.output
+    assert not (tmp_path / "d" / "results.jsonl").exists()
