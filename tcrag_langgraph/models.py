@@ -495,7 +495,7 @@ def resolve_chat_model(
     Example:
         >>> resolve_chat_model(None).model_path is None
         True
-        >>> resolve_chat_model("no-such-thing")
+        >>> resolve_chat_model("no-such-thing")  # doctest: +ELLIPSIS
         Traceback (most recent call last):
         ...
         ValueError: model 'no-such-thing' is not a model folder, a .gguf file or a "provider:model" name ...
