@@ -73,7 +73,7 @@ def bm25_breakdown(store, queries) -> str:
     parts = {"tokenize": [], "get_scores": [], "top-k": []}
     for q in queries:
         t0 = time.perf_counter()
-        tokens = store._tokenize([q], return_ids=False)[0]
+        tokens = [t for t in store._analyze(q) if t in retriever.vocab_dict]
         t1 = time.perf_counter()
         scores = np.asarray(retriever.get_scores(tokens))
         t2 = time.perf_counter()
