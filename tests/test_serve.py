@@ -242,6 +242,9 @@ def test_client_cannot_send_an_identity_and_the_authenticated_user_is_the_caller
         r = post(base, "/tcrag/invoke", {"input": chat("Summarise P00002"), "config": {"configurable": configurable}},
                  token=OTHER)
         assert r.status_code == 422 and next(iter(configurable)) in r.text
+        r = post(base, "/tcrag/batch", {"inputs": [chat("a?"), chat("b?")],
+                                        "config": [{"configurable": {}}, {"configurable": configurable}]}, token=OTHER)
+        assert r.status_code == 422 and next(iter(configurable)) in r.text  # hidden in a later /batch item
     assert post(base, "/tcrag/invoke", {"input": chat("Summarise P00002"),
                                         "config": {"configurable": {"thread_id": "emr"}}}, token=OTHER).status_code == 200
     denied = emr_call(base, OTHER, "emr")  # dr-other may see P00005 only
@@ -368,3 +371,21 @@ def test_soak_memory_stays_flat_over_500_requests(tmp_path):
     growth_mb = (rss[500] - rss[100]) / 2**20
     print(f"soak RSS after 100: {rss[100] / 2**20:.1f} MB, after 500: {rss[500] / 2**20:.1f} MB (+{growth_mb:.1f} MB)")
     assert growth_mb < 25, rss
+
+
+def test_cli_serves_with_a_users_file(tmp_path):
+    """`tcrag serve --users-file` as a real subprocess: tokens checked, the user count announced."""
+    from .helpers_servers import users_file
+
+    port = free_port()
+    users = users_file(tmp_path / "users.json", {DOCTOR: {"identity": "dr-lee"}, OTHER: {"identity": "dr-other"}})
+    log = tmp_path / "server.log"
+    cmd = python_cmd("-m", "tcrag_langgraph.cli", "serve", "--port", str(port), "--no-tools", "--users-file", str(users),
+                     "--scripted", str(script_file(tmp_path / "script.json", SCRIPT)))
+    with server_process(cmd, ready_url=f"http://127.0.0.1:{port}/healthz", log=log, timeout=90):
+        base = f"http://127.0.0.1:{port}"
+        assert httpx.post(f"{base}/tcrag/invoke", json={"input": chat("q?")}, timeout=30).status_code == 401
+        r = httpx.post(f"{base}/tcrag/invoke", json={"input": chat("q?")}, headers=bearer(OTHER), timeout=30)
+        assert r.status_code == 200 and r.json()["output"]["content"] == "second answer to q?"
+    assert "[authentication: 2 users]" in log.read_text()
+    assert DOCTOR not in log.read_text() and OTHER not in log.read_text()  # tokens never logged
