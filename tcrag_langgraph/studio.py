@@ -3,9 +3,8 @@
 ``langgraph.json`` points at :func:`studio_graph`, a graph factory (the Agent Server calls it per
 request) returning one graph built on the first call; ``studio.graph`` is the same graph for Python
 users. Nothing is built at import, so importing this module, or the test doubles re-exported
-here, never builds the real agent. It is compiled
-**without** a checkpointer (the LangGraph API server refuses one and brings its own). By default
-it is the real agent: the packaged SmolLM2-135M-Instruct as generator and state monitor (loaded
+here, never builds the real agent. It is compiled **without** a checkpointer (the LangGraph API
+server refuses one and brings its own). By default it is the real agent: the packaged SmolLM2-135M-Instruct as generator and state monitor (loaded
 lazily on the first run) with the default tools, EMR_SEARCH included.
 
 Who the agent acts for comes only from the server's authenticated user (``langgraph.json``
