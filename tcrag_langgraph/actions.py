@@ -25,7 +25,7 @@ import re
 from dataclasses import dataclass
 from typing import Any, Iterable, Optional, Sequence
 
-from .state import Action, ParsedAction
+from .state import TOOL_OUTPUT_CLOSE, TOOL_OUTPUT_OPEN, TOOL_OUTPUT_QUOTE, Action, ParsedAction
 
 __all__ = ["ParsedAction", "ActionParseError", "parse_action", "format_instructions"]
 
@@ -145,6 +145,10 @@ def _clean(body: str) -> str:
     return body.strip()
 
 
+_FENCED_OUTPUT = re.compile(re.escape(TOOL_OUTPUT_OPEN) + r".*?(?:" + re.escape(TOOL_OUTPUT_CLOSE) + r"|\Z)", re.DOTALL)
+_QUOTED_LINE = re.compile(r"^[ \t]*" + re.escape(TOOL_OUTPUT_QUOTE.strip()) + r".*$\n?", re.MULTILINE)
+
+
 def _normalise(text: Any) -> str:
     if not isinstance(text, str):
         text = "" if text is None else str(text)
@@ -153,6 +157,9 @@ def _normalise(text: Any) -> str:
     text = text.replace("\r\n", "\n").replace("\r", "\n").replace("：", ":")
     # Code fences around the whole answer.
     text = re.sub(r"```[a-zA-Z]*\n?", "\n", text)
+    # Tool output the model copied: never a source of actions (it is data, not the model's words).
+    text = _FENCED_OUTPUT.sub("\n", text)
+    text = _QUOTED_LINE.sub("", text)
     return text
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Annotated, Any, Literal, Mapping, Optional, Union
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic.json_schema import SkipJsonSchema
 
 # Identity is owned by the tools (EMR access control); the agent only carries it.
 from .tools.identity import CALLER_KEY, CallerContext, caller_from_config
@@ -58,9 +59,20 @@ class TCRAGConfig(BaseModel):
                                  json_schema_extra={"per_request": False})
     language: Literal["en", "zh"] = "en"
     few_shot: bool = Field(default=True, description="Show worked examples of the action format before the stack.")
+    answer_format: Optional[Union[tuple[str, ...], SkipJsonSchema[type[BaseModel]]]] = Field(
+        default=None,
+        description="The form the final answer must take: a list of allowed answers (e.g. yes/no/maybe, "
+                    "option letters) or a Pydantic model class; a Conclusion that does not fit is not accepted.")
     caller: Optional[CallerContext] = Field(
         default=None, json_schema_extra={"per_request": False},
         description="Identity handed to tools (EMR access control); only from trusted configuration.")
+
+    @field_validator("answer_format", mode="before")
+    @classmethod
+    def _answer_format(cls, value: Any) -> Any:
+        from .answer_format import validate_format
+
+        return validate_format(value)
 
     @field_validator("sigma", mode="before")
     @classmethod

@@ -32,16 +32,16 @@ from langgraph.graph import END, START, StateGraph
 from langgraph.runtime import Runtime
 from langgraph.types import Command, interrupt
 
-from . import transitions
+from . import answer_format, transitions
 from .actions import ActionParseError, format_instructions, parse_action
 from .auth import caller_for_run
 from .config import CALLER_KEY, TCRAGConfig, resolve_config
 from .events import EVENT_NAME, emit
-from .prompting import demonstrations, message_text, system_prompt, turn_text
+from .prompting import demonstrations, final_turn_text, message_text, system_prompt, turn_text
 from .result import RunResult
 from .models import resolve_chat_model
 from .scoring import MonitorUnavailableError, StateScorer, scorer_for_model
-from .state import TCRAGState, ToolCallRecord, TraceEvent, render_stack
+from .state import Action, ParsedAction, TCRAGState, ToolCallRecord, TraceEvent, render_stack
 from .tools.layer import invoke_tool, is_tool_error
 from .tools.tokens import count_tokens
 from .transitions import HaltReason, Machine, Transition
@@ -89,6 +89,15 @@ class _Machine:
         if value != value:  # NaN never passes or fails a threshold meaningfully
             raise ValueError("the scorer returned NaN")
         return value
+
+    def sigma(self, cfg: TCRAGConfig) -> float:
+        """sigma as a number; ``"auto"`` is this generator's stored calibration (tcrag calibrate)."""
+        if cfg.sigma != "auto":
+            return cfg.effective_sigma
+        from .eval.calibration import resolve_sigma
+        from .models import chat_model_id
+
+        return resolve_sigma(cfg, chat_model_id(self.model))
 
     def cfg(self, config: RunnableConfig, runtime: Runtime) -> TCRAGConfig:
         return resolve_config(
@@ -152,15 +161,21 @@ class _Machine:
         base = {
             "stack": [], "trace": [], "steps": 0, "llm_calls": 0, "format_retries": 0, "format_feedback": [],
             "state_history": [], "answer": None, "answer_validated": False, "halt_reason": None, "error": None,
-            "sigma": cfg.effective_sigma, "metric": cfg.metric, "state_value": cfg.initial_state_value,
+            "sigma": None, "metric": cfg.metric, "state_value": cfg.initial_state_value,
             "token_usage": {"prompt": 0, "completion": 0}, "tool_calls": 0, "pending_action": None,
+            "structured_answer": None, "final_conclusion": False, "repeated_tool_calls": 0,
         }
         question, problem = _extract_question(state, cfg)
+        if problem is None:
+            try:
+                base["sigma"] = self.sigma(cfg)
+            except ValueError as exc:  # sigma="auto" with no calibration for this model and metric
+                problem = str(exc)
         if problem is not None:
             # The question of an earlier turn on this thread must not look like this run's.
             return self.halt({**state, **base}, config, reason=HaltReason.INVALID_INPUT, answer=None,
                              validated=False, error=problem, extra={**base, "question": None})
-        t = transitions.start(question, initial_state_value=cfg.initial_state_value, sigma=cfg.effective_sigma)
+        t = transitions.start(question, initial_state_value=cfg.initial_state_value, sigma=base["sigma"])
         update = {**base, "question": question, "stack": t.stack,
                   "trace": self.record({**state, **base}, config, t.event)}
         if not _last_human_is(state, question):
@@ -172,17 +187,20 @@ class _Machine:
     ]:
         cfg = self.cfg(config, runtime)
         stack = state["stack"]
-        if state.get("steps", 0) >= cfg.max_steps:
-            return self.halt(state, config, reason=HaltReason.MAX_STEPS, answer=transitions.unverified_answer(stack),
-                             validated=False,
-                             error=f"step budget of {cfg.max_steps} actions spent before a validated Conclusion")
-        allowed = cfg.allowed_actions(has_tools=bool(self.tools))
+        steps = state.get("steps", 0)
+        final = steps >= cfg.max_steps  # budget spent: one last Conclusion is asked for, then scored
+        allowed = ["Conclusion"] if final else cfg.allowed_actions(has_tools=bool(self.tools))
         tools = list(self.tools.values())
-        messages: list[BaseMessage] = [SystemMessage(content=system_prompt(tools, allowed, language=cfg.language))]
+        answer_rule = answer_format.instructions(cfg.answer_format)
+        offered = cfg.allowed_actions(has_tools=bool(self.tools))
+        messages: list[BaseMessage] = [SystemMessage(content=system_prompt(tools, offered, language=cfg.language))]
         if cfg.few_shot:
-            for shown, reply in demonstrations(tools, allowed, language=cfg.language):
+            for shown, reply in demonstrations(tools, offered, language=cfg.language):
                 messages += [HumanMessage(content=shown), AIMessage(content=reply)]
-        messages.append(HumanMessage(content=turn_text(render_stack(stack))))
+        rendered = render_stack(stack)
+        turn = (final_turn_text(rendered, answer_rule=answer_rule) if final
+                else turn_text(rendered, steps_left=cfg.max_steps - steps, answer_rule=answer_rule))
+        messages.append(HumanMessage(content=turn))
         for item in state.get("format_feedback", []):
             messages += [AIMessage(content=item["output"]), HumanMessage(content=item["error"])]
         try:
@@ -195,26 +213,40 @@ class _Machine:
         usage["completion"] += count_tokens(text)
         common = {"llm_calls": state.get("llm_calls", 0) + 1, "token_usage": usage}
         try:
-            parsed = parse_action(text, list(self.tools), allowed=allowed,
-                                  unlabeled_as="Thought" if cfg.unlabeled_text == "thought" else None)
+            if final:
+                parsed = _final_conclusion(text, list(self.tools))
+            else:
+                parsed = parse_action(text, list(self.tools), allowed=allowed,
+                                      unlabeled_as="Thought" if cfg.unlabeled_text == "thought" else None)
+            if parsed.action is Action.CONCLUSION:
+                problem = answer_format.problem(cfg.answer_format, parsed.content)
+                if problem is not None:
+                    raise ActionParseError(f"your Conclusion does not fit the required answer: {problem}")
         except ActionParseError as err:
             retries = state.get("format_retries", 0) + 1
             trace = self.record(state, config, TraceEvent(
-                step=state.get("steps", 0), action="Format_Error", op="format_error", content=text[:500],
+                step=steps, action="Format_Error", op="format_error", content=text[:500],
                 stack_depth=len(stack), state_value=state.get("state_value"), detail=str(err)))
-            if retries > cfg.max_format_retries:
-                return self.halt(state, config, reason=HaltReason.FORMAT_ERROR,
+            if retries <= cfg.max_format_retries:
+                feedback = [*state.get("format_feedback", []), {
+                    "output": text[:2000] or "(empty)",
+                    "error": f"Your reply could not be used: {err}.\n"
+                             + format_instructions(allowed, list(self.tools)) + (f"\n{answer_rule}" if answer_rule else ""),
+                }]
+                return Command(goto="Generate", update={**common, "trace": trace, "format_retries": retries,
+                                                          "format_feedback": feedback})
+            extra = {**common, "trace": trace, "format_retries": retries}
+            if final:
+                return self.halt(state, config, reason=HaltReason.MAX_STEPS,
                                  answer=transitions.unverified_answer(stack), validated=False,
-                                 error=f"no usable action after {retries} tries: {err}",
-                                 extra={**common, "trace": trace, "format_retries": retries})
-            feedback = [*state.get("format_feedback", []), {
-                "output": text[:2000] or "(empty)",
-                "error": f"Your reply could not be used: {err}.\n" + format_instructions(allowed, list(self.tools)),
-            }]
-            return Command(goto="Generate", update={**common, "trace": trace, "format_retries": retries,
-                                                      "format_feedback": feedback})
+                                 error=f"step budget of {cfg.max_steps} actions spent and no usable final "
+                                       f"Conclusion: {err}", extra=extra)
+            return self.halt(state, config, reason=HaltReason.FORMAT_ERROR,
+                             answer=transitions.unverified_answer(stack), validated=False,
+                             error=f"no usable action after {retries} tries: {err}", extra=extra)
         return Command(goto=parsed.action.value,
-                       update={**common, "pending_action": parsed, "format_retries": 0, "format_feedback": []})
+                       update={**common, "pending_action": parsed, "format_retries": 0, "format_feedback": [],
+                               "final_conclusion": final})
 
     def _invoke_model(self, messages: list[BaseMessage], cfg: TCRAGConfig, config: RunnableConfig) -> BaseMessage:
         from .models import LocalChatModel
@@ -254,6 +286,12 @@ class _Machine:
         tool_input = pending.tool_input
         if tool_input is None or tool_input == "":
             tool_input = state["question"]  # the paper's Tool_Use names only the tool: search the query
+        earlier = transitions.repeated_call(state["stack"], tool.name, tool_input)
+        if earlier is not None:  # the result is on the stack already: running it again cannot help
+            t = transitions.refuse_repeated_call(self.machine(state), tool.name, tool_input, earlier)
+            update = self.apply(state, config, t)
+            update["repeated_tool_calls"] = state.get("repeated_tool_calls", 0) + 1
+            return Command(goto="Generate", update=update)
         record = self._call_tool(tool, tool_input, cfg, config)
         detail = json.dumps({"tool": tool.name, "input": tool_input, "error": record.error_kind},
                             ensure_ascii=False, default=str)
@@ -291,14 +329,18 @@ class _Machine:
             score = self.monitor(state, cfg, content)
         except Exception as exc:
             return self.fail(state, config, HaltReason.SCORER_ERROR, exc)
-        t = transitions.conclusion(self.machine(state), content, score=score)
+        apply_rule = transitions.final_conclusion if state.get("final_conclusion") else transitions.conclusion
+        t = apply_rule(self.machine(state), content, score=score)
         update = self.apply(state, config, t)
         if t.halt is None:  # rejected: kept as a Thought, the loop goes on
             return Command(goto="Generate", update=update)
+        update["structured_answer"] = answer_format.fit(cfg.answer_format, t.answer or "")
         if t.halt is HaltReason.VALIDATED and cfg.require_review:
             return Command(goto="Human_Review", update=update)
+        error = (f"step budget of {cfg.max_steps} actions spent; the final Conclusion was not validated"
+                 if t.halt is HaltReason.MAX_STEPS else None)
         return self.halt({**state, **update}, config, reason=t.halt, answer=t.answer,
-                         validated=t.halt is HaltReason.VALIDATED, extra=update)
+                         validated=t.halt is HaltReason.VALIDATED, error=error, extra=update)
 
     def human_review(self, state: TCRAGState, config: RunnableConfig) -> Command[Literal["Generate", "__end__"]]:
         top = state["stack"][-1]
@@ -313,6 +355,24 @@ class _Machine:
         t = transitions.review_reject(self.machine(state), feedback)
         return Command(goto="Generate", update={"stack": t.stack, "state_value": t.state_value,
                                                 "trace": self.record(state, config, t.event)})
+
+
+def _final_conclusion(text: str, tool_names: list[str]) -> ParsedAction:
+    """The last reply of a run whose budget is spent, read as its Conclusion: a labelled Conclusion,
+    else the text of the one action written (a Thought, Plan or Summary), else the plain reply."""
+    try:
+        parsed = parse_action(text, tool_names, allowed=None, unlabeled_as="Conclusion")
+    except ActionParseError:
+        plain = " ".join((text or "").split())
+        if not plain:
+            raise
+        return ParsedAction(Action.CONCLUSION, content=plain, repairs=("read the unlabeled final reply as the Conclusion",))
+    if parsed.action is Action.CONCLUSION:
+        return parsed
+    if parsed.action is Action.TOOL_USE or not parsed.content:
+        raise ActionParseError("no steps are left for tools or backtracking; write 'Conclusion: <answer>'")
+    return ParsedAction(Action.CONCLUSION, content=parsed.content,
+                        repairs=(*parsed.repairs, f"took the final {parsed.action.value} as the Conclusion"))
 
 
 def _review_decision(decision: Any) -> tuple[bool, Optional[str]]:
@@ -417,6 +477,11 @@ def build_graph(
                         f"got {type(model).__name__}")
     if not isinstance(model, BaseChatModel):  # the packaged default, a local path or a provider name
         model = resolve_chat_model(model, max_new_tokens=cfg.max_new_tokens, temperature=cfg.temperature)
+    if cfg.sigma == "auto":  # the generator's stored calibration; a missing one fails here, not mid-run
+        from .eval.calibration import resolve_sigma
+        from .models import chat_model_id
+
+        cfg = cfg.merged({"sigma": resolve_sigma(cfg, chat_model_id(model))})
     if scorer is None and cfg.enable_state_monitor:
         # The monitor scores with the generator's own weights, never silently with another model.
         scorer = scorer_for_model(model)

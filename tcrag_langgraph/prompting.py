@@ -6,11 +6,13 @@ import json
 from functools import lru_cache
 from importlib import resources
 from string import Template
-from typing import Any, Sequence
+from typing import Any, Optional, Sequence
 
 from langchain_core.tools import BaseTool
 
-__all__ = ["system_prompt", "demonstrations", "load_prompt_file", "turn_text", "message_text"]
+from .tools.layer.outcome import content_text
+
+__all__ = ["system_prompt", "demonstrations", "load_prompt_file", "turn_text", "final_turn_text", "message_text"]
 
 
 @lru_cache(maxsize=16)
@@ -33,9 +35,23 @@ def system_prompt(tools: Sequence[BaseTool], allowed_actions: Sequence[str], *, 
     )
 
 
-def turn_text(rendered_stack: str) -> str:
-    """The user turn that shows the stack and asks for the next action."""
-    return "Begin!\n" + rendered_stack + "\n\nWrite your next action."
+def turn_text(rendered_stack: str, *, steps_left: Optional[int] = None, answer_rule: str = "") -> str:
+    """The user turn that shows the stack and asks for the next action (with the steps left and
+    the answer's required form, when there are such)."""
+    notes = []
+    if steps_left is not None:
+        notes.append(f"Steps left: {steps_left}." + (" Write your Conclusion now." if steps_left <= 1 else ""))
+    if answer_rule:
+        notes.append(answer_rule)
+    tail = ("\n" + " ".join(notes)) if notes else ""
+    return "Begin!\n" + rendered_stack + "\n\nWrite your next action." + tail
+
+
+def final_turn_text(rendered_stack: str, *, answer_rule: str = "") -> str:
+    """The user turn once the step budget is spent: only a Conclusion is asked for."""
+    rule = f" {answer_rule}" if answer_rule else ""
+    return ("Begin!\n" + rendered_stack + "\n\nNo steps are left. Write your final answer to the User_Query now, "
+            "as one line: Conclusion: <answer>." + rule)
 
 
 def demonstrations(tools: Sequence[BaseTool], allowed_actions: Sequence[str], *, language: str = "en") -> list[tuple[str, str]]:
@@ -52,14 +68,6 @@ def demonstrations(tools: Sequence[BaseTool], allowed_actions: Sequence[str], *,
     return pairs
 
 
-def message_text(content: Any) -> str:
-    """Plain text of a LangChain message ``content`` (a string, or a list of content blocks)."""
-    if content is None:
-        return ""
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list):
-        return "".join(p.get("text", "") if isinstance(p, dict) else str(p) for p in content)
-    if isinstance(content, (dict, tuple)):
-        return json.dumps(content, ensure_ascii=False, default=str)
-    return str(content)
+#: Plain text of a LangChain message ``content`` (a string, or a list of content blocks). One home:
+#: the tool layer's, since tools may not import the agent.
+message_text = content_text

@@ -14,7 +14,9 @@ Backtrack       pop the top frame (never the User_Query); a popped Thought resto
 Summary         pop the top frame, push the summary; ``s`` unchanged
 Conclusion      ``f = score``; ``f < sigma``: push and halt (validated); else kept as a Thought, ``s <- f``
 review reject   the accepted Conclusion becomes a Thought again; ``s <- max(s, sigma)``
-step budget     halt unvalidated; the answer is the top-most text the model wrote itself
+repeated call   a Tool_Use identical to one on the stack is not run again: an error frame points at it
+step budget     one final Conclusion is scored: validated if ``f < sigma``, else the run halts
+                unvalidated with it as the answer
 ==============  ==================================================================================
 
 Example:
@@ -28,9 +30,11 @@ Example:
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import json
+import re
+from dataclasses import dataclass, replace
 from enum import Enum
-from typing import Optional
+from typing import Any, Optional
 
 from .state import Action, Frame, StackError, ToolCallRecord, TraceEvent, pop, push, replace_top
 from .tools.tokens import count_tokens
@@ -47,6 +51,9 @@ __all__ = [
     "summary",
     "conclusion",
     "review_reject",
+    "final_conclusion",
+    "repeated_call",
+    "refuse_repeated_call",
     "unverified_answer",
 ]
 
@@ -88,9 +95,12 @@ class Transition:
 
     @property
     def answer(self) -> Optional[str]:
-        """The accepted Conclusion when the step validated it, else ``None``."""
+        """The run's answer when this step ends it with one: the accepted Conclusion, or (budget
+        spent) the top-most text the model wrote; ``None`` while the run goes on."""
         if self.halt in (HaltReason.VALIDATED, HaltReason.CONCLUSION_UNMONITORED):
             return self.stack[-1].content
+        if self.halt is HaltReason.MAX_STEPS:
+            return unverified_answer(self.stack)
         return None
 
     def machine(self) -> Machine:
@@ -203,6 +213,50 @@ def review_reject(m: Machine, feedback: Optional[str]) -> Transition:
     event = TraceEvent(step=m.steps, action="Human_Review", op="reject", content=note, stack_depth=len(stack),
                        state_value=value, detail="rejected by the human reviewer")
     return Transition(stack=stack, state_value=value, event=event, steps=m.steps, sigma=m.sigma)
+
+
+def final_conclusion(m: Machine, content: str, *, score: Optional[float]) -> Transition:
+    """The step budget is spent and the model wrote its last Conclusion: scored once like any
+    Conclusion; validated if ``f < sigma``, otherwise the run halts unvalidated with this Conclusion
+    as its answer (with the monitor off too: the budget, not the model, ended the run)."""
+    t = conclusion(m, content, score=score)
+    if t.halt is HaltReason.VALIDATED:
+        return t
+    return replace(t, halt=HaltReason.MAX_STEPS)
+
+
+def _normalised_input(tool_input: Any) -> str:
+    if isinstance(tool_input, str):
+        text = tool_input
+    else:
+        try:
+            text = json.dumps(tool_input, sort_keys=True, ensure_ascii=False, default=str)
+        except (TypeError, ValueError):
+            text = str(tool_input)
+    return re.sub(r"[\W_]+", " ", text.casefold()).strip()
+
+
+def repeated_call(stack: list[Frame], tool: str, tool_input: Any) -> Optional[Frame]:
+    """The frame on the stack holding the same call (same tool, input equal after normalising case,
+    spacing, punctuation and JSON key order), if any."""
+    key = _normalised_input(tool_input)
+    for frame in reversed(stack):
+        call = frame.tool_call
+        if frame.action is Action.TOOL_USE and call is not None and call.error_kind != "repeated_call":
+            if call.tool == tool and _normalised_input(call.tool_input) == key:
+                return frame
+    return None
+
+
+def refuse_repeated_call(m: Machine, tool: str, tool_input: Any, earlier: Frame) -> Transition:
+    """Push a short error frame instead of running a call that is already on the stack."""
+    record = ToolCallRecord(
+        tool=tool, tool_input=tool_input, is_error=True, error_kind="repeated_call",
+        observation=(f"[{tool} error: repeated_call] this exact call was already made at step {earlier.step}; "
+                     "its result is above. Use it, call with a different input, or write your Conclusion."))
+    return tool_use(m, record, content=tool, detail=json.dumps(
+        {"tool": tool, "input": tool_input, "error": "repeated_call", "earlier_step": earlier.step},
+        ensure_ascii=False, default=str))
 
 
 #: Frames whose text the model wrote itself; only these can stand as an unverified answer.

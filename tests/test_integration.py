@@ -108,8 +108,9 @@ def test_plain_graph_in_an_lcel_chain_with_runtime_options():
     graph = scripted_graph({**SCRIPT, "scores": {"recall {question}": 30.0, "answer({question})": 12.0}})
     chain = RunnableLambda(lambda q: {"question": q}) | graph | itemgetter("answer", "halt_reason", "sigma")
     assert chain.invoke("q?", config={"configurable": {"sigma": 20}}) == ("answer(q?)", "validated", 20.0)
-    answer, reason, sigma = chain.invoke("q?", config={"configurable": {"max_steps": 3}})
-    assert reason == "max_steps" and sigma == 10.0  # 12 >= default 10: the Conclusion is rejected
+    answer, reason, sigma = chain.invoke("q?", config={"configurable": {"max_steps": 2}})
+    # two actions, then the final Conclusion: 12 >= default 10, so it is the flagged answer
+    assert (answer, reason, sigma) == ("answer(q?)", "max_steps", 10.0)
 
 
 async def test_chat_runnable_streams_a_final_message_and_events():

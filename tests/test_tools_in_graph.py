@@ -13,6 +13,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 
 from tcrag_langgraph import Action, CallerContext, LocalLMScorer, TCRAGConfig, build_graph
+from tcrag_langgraph.state import fence_tool_output
 from tcrag_langgraph.tools import default_tools
 from tcrag_langgraph.tools.documents import document_tool
 from tcrag_langgraph.tools.elasticsearch_store import ElasticsearchStore
@@ -53,7 +54,7 @@ def test_each_default_tool_is_called_for_real_by_the_graph(tools, tool_name, too
     call = frame.tool_call
     assert call.tool == tool_name and not call.is_error, call.observation
     assert expect.lower() in call.observation.lower()
-    assert call.observation in model.seen[1][-1].content  # the model saw the real observation
+    assert fence_tool_output(call.observation) in model.seen[1][-1].content  # the model saw the real observation, fenced
     assert out["answer_validated"] is True
     assert 1.0 < out["state_value"] < 1e6  # a real perplexity from the packaged model
 

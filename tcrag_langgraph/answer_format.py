@@ -1,0 +1,141 @@
+"""Answers in the asked form: a set of allowed answers, or a Pydantic schema.
+
+Like ``response_format`` in LangChain's ``create_agent``: the run is told what form its final answer
+must take, a Conclusion that does not fit is not accepted (the model is told what is allowed and
+asked again), and the final message carries the structured answer.
+
+* choices (``["yes", "no", "maybe"]``, option letters ``["A", "B", "C", "D"]``): the Conclusion must
+  name exactly one of them. "Yes.", "yes, because ...", "**B**", "(B) Aorta" and "Option B" fit;
+  "B or C", "I am not sure" and an echoed option list do not.
+* a Pydantic model class: the Conclusion must hold one JSON object that validates against it.
+
+Example:
+    >>> fit(["yes", "no", "maybe"], "Yes, vitamin C deficiency causes scurvy.")
+    'yes'
+    >>> fit(["A", "B", "C", "D"], "(B) Aorta")
+    'B'
+    >>> problem(["A", "B", "C", "D"], "B or C")
+    'the answer must be exactly one of A, B, C, D; it names B, C'
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any, Optional, Sequence, Union
+
+from pydantic import BaseModel, ValidationError
+
+__all__ = ["AnswerFormat", "check", "fit", "problem", "instructions", "validate_format"]
+
+#: Allowed answers (matched case-insensitively), or a Pydantic model the answer must validate against.
+AnswerFormat = Union[tuple[str, ...], type[BaseModel]]
+
+_MARKUP = re.compile(r"[*_`#>\"'“”‘’\[\]]")
+_LEAD = re.compile(r"^\s*(?:final\s+answer|answer|conclusion|option|choice)\s*(?:is)?\s*[:：\-]?\s*", re.IGNORECASE)
+
+
+def validate_format(value: Any) -> Optional[AnswerFormat]:
+    """Normalise a user's answer format: None, a non-empty list of distinct answers, or a model class."""
+    if value is None:
+        return None
+    if isinstance(value, type) and issubclass(value, BaseModel):
+        return value
+    if isinstance(value, str) or not isinstance(value, (list, tuple, set, frozenset)):
+        raise ValueError("answer_format must be a list of allowed answers or a Pydantic model class")
+    choices = tuple(str(c).strip() for c in value)
+    if not choices or any(not c for c in choices):
+        raise ValueError("answer_format needs at least one non-empty allowed answer")
+    if len({c.casefold() for c in choices}) != len(choices):
+        raise ValueError(f"answer_format has duplicate answers: {list(choices)}")
+    return choices
+
+
+def instructions(fmt: Optional[AnswerFormat]) -> str:
+    """One line telling the model what its Conclusion must be ("" without a format)."""
+    if fmt is None:
+        return ""
+    if isinstance(fmt, tuple):
+        return f"Your Conclusion must be exactly one of: {', '.join(fmt)} (write just that answer)."
+    schema = json.dumps(fmt.model_json_schema(), ensure_ascii=False)
+    return f"Your Conclusion must be one JSON object matching this schema: {schema}"
+
+
+def check(fmt: Optional[AnswerFormat], text: str) -> tuple[Any, Optional[str]]:
+    """``(structured answer, None)`` when ``text`` fits ``fmt``, else ``(None, what is wrong)``.
+
+    Without a format every text fits and the structured answer is the text itself.
+    """
+    if fmt is None:
+        return text, None
+    if isinstance(fmt, tuple):
+        return _check_choices(fmt, text)
+    return _check_schema(fmt, text)
+
+
+def fit(fmt: Optional[AnswerFormat], text: str) -> Any:
+    """The structured answer, or ``None`` if ``text`` does not fit."""
+    return check(fmt, text)[0]
+
+
+def problem(fmt: Optional[AnswerFormat], text: str) -> Optional[str]:
+    """Why ``text`` does not fit ``fmt`` (``None`` if it does)."""
+    return check(fmt, text)[1]
+
+
+def _mentions(choices: Sequence[str], text: str) -> list[str]:
+    """The choices ``text`` names as whole words, in the order of ``choices``."""
+    found = []
+    for choice in choices:
+        # A one-letter option is matched as written: "A" is an option, "a" is an article.
+        flags = 0 if len(choice) == 1 else re.IGNORECASE
+        if re.search(rf"(?<![\w]){re.escape(choice)}(?![\w])", text, flags=flags):
+            found.append(choice)
+    return found
+
+
+def _check_choices(choices: tuple[str, ...], text: str) -> tuple[Optional[str], Optional[str]]:
+    allowed = ", ".join(choices)
+    cleaned = _LEAD.sub("", _MARKUP.sub(" ", text or "")).strip()
+    if not cleaned:
+        return None, f"the answer is empty; it must be exactly one of {allowed}"
+    lines = [line.strip() for line in cleaned.splitlines() if line.strip()]
+    if len(lines) > 1 and sum(bool(_mentions(choices, line[:3])) for line in lines) > 1:
+        return None, f"the answer lists several options line by line; it must be exactly one of {allowed}"
+    # Exact answer, possibly with punctuation around it: "B", "(B)", "yes."
+    bare = cleaned.strip(" .,:;!?()").casefold()
+    for choice in choices:
+        if bare == choice.casefold():
+            return choice, None
+    # The answer leads with one choice: "Yes, because ...", "B) Aorta", "B. Aorta is ..."
+    head = re.match(r"[(\s]*([\w+\-]+)", cleaned)
+    if head:
+        word = head.group(1).casefold()
+        leading = [c for c in choices if c.casefold() == word]
+        rest = cleaned[head.end():]
+        # "B) Aorta" / "B. Aorta" / "B: Aorta": what follows the label is the option's text.
+        labelled = bool(re.match(r"\s*[).:]", rest))
+        first_sentence = re.split(r"[.;\n]", rest, maxsplit=1)[0]
+        others = [] if labelled else [c for c in _mentions(choices, first_sentence) if c not in leading]
+        if len(leading) == 1 and not others:
+            return leading[0], None
+        if leading and others:
+            return None, f"the answer must be exactly one of {allowed}; it names {', '.join([*leading, *others])}"
+    named = _mentions(choices, cleaned)
+    if len(named) == 1 and len(cleaned) <= 200:
+        return named[0], None
+    if len(named) > 1:
+        return None, f"the answer must be exactly one of {allowed}; it names {', '.join(named)}"
+    return None, f"the answer must be exactly one of {allowed}"
+
+
+def _check_schema(schema: type[BaseModel], text: str) -> tuple[Optional[BaseModel], Optional[str]]:
+    start, end = (text or "").find("{"), (text or "").rfind("}")
+    if start < 0 or end <= start:
+        return None, f"the answer must be one JSON object for {schema.__name__}"
+    try:
+        return schema.model_validate_json(text[start:end + 1]), None
+    except ValidationError as err:
+        first = err.errors()[0]
+        where = ".".join(str(p) for p in first.get("loc", ())) or "the object"
+        return None, f"the answer does not match {schema.__name__}: {where}: {first.get('msg')}"
