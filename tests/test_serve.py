@@ -389,3 +389,23 @@ def test_cli_serves_with_a_users_file(tmp_path):
         assert r.status_code == 200 and r.json()["output"]["content"] == "second answer to q?"
     assert "[authentication: 2 users]" in log.read_text()
     assert DOCTOR not in log.read_text() and OTHER not in log.read_text()  # tokens never logged
+
+
+def test_odd_request_shapes_are_answered_never_a_500(secured):
+    base, _ = secured
+    bodies = [{"input": 5}, [], "str", None, {"input": chat("q"), "config": "s"},
+              {"input": chat("q"), "config": {"configurable": {"thread_id": 5}}},
+              {"input": chat("q"), "config": {"configurable": {"thread_id": "x" * 500}}},
+              {"input": chat("q"), "config": {"configurable": {"sigma": "nan"}}},
+              {"input": {"messages": []}}, {"input": {"messages": [{"type": "ai", "content": "x"}]}},
+              {"input": chat("")}, {"input": chat("\x00")},
+              {"input": {"messages": [{"type": "human", "content": [{"type": "image_url", "image_url": "x"}]}]}}]
+    statuses = []
+    for body in bodies:
+        for path in ("/tcrag/invoke", "/tcrag/stream"):
+            r = post(base, path, json.dumps(body), headers={"content-type": "application/json"})
+            statuses.append(r.status_code)
+            assert r.status_code == 200 or 400 <= r.status_code < 500, (path, body, r.text)
+    r = post(base, "/tcrag/batch", {"inputs": [chat("a")], "config": [{}, {}]})
+    assert r.status_code == 422 and "Number of configs" in r.text
+    assert statuses.count(422) == 16  # the first eight shapes are refused; the rest end in a halt reason
