@@ -26,10 +26,16 @@ def test_wheel_carries_tools_prompts_and_data(tmp_path):
                     "-w", str(tmp_path)], check=True)
     (wheel,) = tmp_path.glob("tcrag_langgraph-*.whl")
     names = set(zipfile.ZipFile(wheel).namelist())
-    for expected in ("tcrag_langgraph/tools/layer.py", "tcrag_langgraph/tools/data/kg_medical.nt.gz",
+    for expected in ("tcrag_langgraph/tools/layer/__init__.py", "tcrag_langgraph/tools/data/kg_medical.nt.gz",
                      "tcrag_langgraph/tools/data/docs_pubmedqa.jsonl.gz", "tcrag_langgraph/prompts/tcrag_en.txt",
                      "tcrag_langgraph/prompts/examples_zh.json", "tcrag_langgraph/graph.py"):
         assert expected in names
+    # every module of the source tree is in the wheel (a subpackage missing from pyproject's list is not)
+    sources = [f"tcrag_langgraph/{p.relative_to(ROOT / 'tcrag_langgraph').as_posix()}"
+               for p in (ROOT / "tcrag_langgraph").rglob("*.py")]
+    sources += [f"tcrag_langgraph/tools/{p.relative_to(ROOT / 'tools').as_posix()}" for p in (ROOT / "tools").rglob("*.py")]
+    missing = sorted(name for name in sources if name not in names and "__pycache__" not in name)
+    assert not missing, f"modules not packaged (add their package to pyproject's packages): {missing}"
     target = tmp_path / "site"
     subprocess.run([sys.executable, "-m", "pip", "install", "--no-deps", "-q", "--target", str(target), str(wheel)],
                    check=True)
