@@ -88,6 +88,7 @@ METHODS: dict[str, MethodSpec] = {
         MethodSpec("wo-backtrack", "w/o Backtrack", "Ablations", "tcrag", {"enable_backtrack": False}),
         MethodSpec("wo-summary", "w/o Summary", "Ablations", "tcrag", {"enable_summary": False}),
         MethodSpec("wo-monitor", "w/o State Monitor", "Ablations", "tcrag", {"enable_state_monitor": False}),
+        MethodSpec("crp-rag", "CRP-RAG", "Papers", "graph", builder="crp_rag:build_crp_rag_graph"),
         MethodSpec("diffrag", "TCM-DiffRAG", "Papers", "graph", builder="diffrag:build_diffrag_graph"),
         MethodSpec("kag-thinker", "KAG-Thinker", "Papers", "graph", builder="kag_thinker:build_kag_thinker_graph"),
     )

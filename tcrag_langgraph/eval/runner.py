@@ -303,11 +303,18 @@ def _mean(values: Iterable[float]) -> Optional[float]:
     return sum(vals) / len(vals) if vals else None
 
 
+def _answered(row: Mapping[str, Any]) -> bool:
+    answer = row.get("answer")
+    return isinstance(answer, str) and bool(answer.strip())
+
+
 def summarize(rows: Sequence[Mapping[str, Any]], *, labels: Optional[Mapping[str, str]] = None) -> list[dict[str, Any]]:
     """One summary row per method (in first-seen order).
 
     ``accuracy`` is over every choice / yes-no question (unparseable answers count as wrong and
-    are reported in ``unparseable``); open-answer metrics are means over open questions. Costs
+    are reported in ``unparseable``; so do abstentions, counted in ``abstained``); ``coverage`` is
+    the share of questions with an answer and ``accuracy_answered`` the accuracy over those
+    (choice / yes-no). Open-answer metrics are means over open questions. Costs
     are means per question; ``backtrack_rate`` / ``summary_rate`` are the shares of questions
     with at least one Backtrack / Summary (Table 5's probabilities).
     """
@@ -325,6 +332,11 @@ def summarize(rows: Sequence[Mapping[str, Any]], *, labels: Optional[Mapping[str
             "correct": sum(bool(r.get("correct")) for r in closed),
             "accuracy": _mean(float(bool(r.get("correct"))) for r in closed),
             "unparseable": sum(r.get("parsed") is None for r in closed),
+            # Abstentions (CRP-RAG) and failed runs have no answer: wrong in ``accuracy``, and
+            # reported apart as coverage (answered / all) and accuracy over the answered ones.
+            "abstained": sum(r.get("halt_reason") == "abstained" for r in mine),
+            "coverage": _mean(float(_answered(r)) for r in mine),
+            "accuracy_answered": _mean(float(bool(r.get("correct"))) for r in closed if _answered(r)),
             "validated_rate": _mean(float(bool(r.get("validated"))) for r in mine),
             "errors": sum(1 for r in mine if r.get("halt_reason") in ("exception", "model_error", "scorer_error")),
             "backtrack_rate": _mean(float((r.get("backtracks") or 0) > 0) for r in mine),
@@ -361,6 +373,11 @@ def _columns(summary: Sequence[Mapping[str, Any]]) -> list[tuple[str, Callable[[
             ("EM (%)", lambda s: _pct(s["accuracy"])),
             ("Unparseable", lambda s: str(s["unparseable"])),
         ]
+        if any((s.get("coverage") or 0.0) < 1.0 for s in summary):  # some method abstained or failed
+            cols += [
+                ("Coverage (%)", lambda s: _pct(s.get("coverage"))),
+                ("EM answered (%)", lambda s: _pct(s.get("accuracy_answered"))),
+            ]
     if any(s.get("rouge_l_recall") is not None for s in summary):
         cols += [
             ("EM-open (%)", lambda s: _pct(s["em"])),
