@@ -60,7 +60,7 @@ from ..events import emit
 from ..graph import _child_config, _extract_question, _last_human_is
 from ..prompting import message_text
 from ..result import RunResult
-from ..scoring import scorer_for_model
+from ..scoring import MonitorUnavailableError, scorer_for_model
 from ..state import TraceEvent
 from ..tools.layer import invoke_tool, is_tool_error
 from ..tools.tokens import count_tokens
@@ -1236,7 +1236,13 @@ def build_kag_thinker_graph(
         model = resolve_chat_model(model, max_new_tokens=cfg.max_new_tokens, temperature=cfg.temperature)
     if opts.knowledge_boundary:
         if scorer is None:
-            scorer = scorer_for_model(model)
+            try:
+                scorer = scorer_for_model(model)
+            except MonitorUnavailableError as err:
+                raise MonitorUnavailableError(
+                    f"{err} For KAG-Thinker the scorer is the likelihood test of the knowledge boundary: pass "
+                    "scorer=, or build with options={'knowledge_boundary': False} (every Retrieval step "
+                    "then retrieves).") from None
         if not callable(getattr(scorer, "token_logprobs", None)):
             raise ValueError(f"the likelihood test needs a scorer with token_logprobs(context, text); "
                              f"{type(scorer).__name__} has none (or build with knowledge_boundary=False)")

@@ -454,3 +454,24 @@ def test_end_to_end_with_smollm_and_the_knowledge_graph(one_torch_thread):
             assert 0.0 <= check["min_token_prob"] <= 1.0
     if out["halt_reason"] == "answered":
         assert out["answer"] and out["messages"][-1].content == out["answer"]
+
+
+def test_a_model_without_log_probs_needs_a_scorer_or_the_boundary_off():
+    from tcrag_langgraph.scoring import MonitorUnavailableError
+
+    with pytest.raises(MonitorUnavailableError, match="knowledge_boundary"):
+        build_kag_thinker_graph(model=sequence_model(MATH_PLAN))
+    graph = build_kag_thinker_graph(model=sequence_model(MATH_PLAN), options={"knowledge_boundary": False})
+    assert graph.invoke({"question": "6 x 7?"})["answer"] == "42"
+
+
+def test_per_run_overrides_are_checked():
+    plan = "Step1: Who?\nAction1: Retrieval(s=s1:x['a'], p=p1:r, o=o1:y)\nStep2: Out\nAction2: Output(#1)"
+    graph = build_kag_thinker_graph(model=sequence_model(plan), tools=[recording_tool("DOC", "x", [])],
+                                    options={"knowledge_boundary": False})
+    out = graph.invoke({"question": "q?"}, context={"knowledge_boundary": True})  # no scorer was built in
+    assert out["halt_reason"] == "scorer_error" and "token_logprobs" in out["error"] and out["tool_calls"] == 0
+    with pytest.raises(ValueError, match="context must be"):
+        graph.invoke({"question": "q?"}, context=["max_depth_turns", 1])
+    with pytest.raises(ValueError, match="retrieval_tools"):
+        graph.invoke({"question": "q?"}, context={"retrieval_tools": ["WEB"]})
