@@ -30,12 +30,20 @@ The pipeline of :func:`analyze` (deterministic: no randomness, no locale, no ext
 Ranking ties (:func:`top_k`): score descending, then the document's id ascending (chunk id,
 encyclopedia key, node IRI), so a result never depends on insertion order or sort stability luck.
 
-Where the Elasticsearch analyzer differs (:func:`elasticsearch_analysis`; checked against the
-noida-db 0.2.3 server of the tests): the ``pattern_capture`` filter emits parts in the order of
-its patterns rather than ours (BM25 is order-free, so scores are unaffected); Elasticsearch keeps
-all tokens at one position per compound, whereas bm25s has no positions; BM25 idf and length
-normalisation are computed per shard by the server, so absolute scores differ from bm25s' (the
-rank order on the near-miss table is the same, tests/tools/test_text_analysis.py).
+Where the Elasticsearch analyzer differs (:func:`elasticsearch_analysis`, checked on the noida-db
+0.2.3 server of the tests, which implements every piece used: ``pattern_replace`` char filters,
+the ``pattern`` tokenizer, ``pattern_capture``, ``stop``, ``keyword_marker`` and ``snowball``):
+it yields the same terms as :func:`analyze` for every text of the near-miss table
+(tests/tools/test_text_analysis.py), but
+
+* folding: Elasticsearch applies ``lowercase`` + ``asciifolding``, not NFKC + case-folding +
+  mark removal, so rare characters can differ (ligatures such as ``ﬁ``, full-width digits, ``æ``
+  -> ``ae`` there but ``æ`` here);
+* scoring: bm25s and Lucene share the BM25 formula, but Lucene stores document lengths in one
+  byte (lossy) and computes statistics per shard (we create one shard), so absolute scores differ
+  slightly; Lucene also keeps token positions (phrase queries), bm25s has none;
+* the Python analyzer removes a possessive ``'s`` only after a letter or digit; the char filter
+  uses the same rule but Java/Rust ``\b`` word boundaries.
 
 Example:
     >>> analyze("Type 2 diabetes (E11.9), HbA1c 7%, metformin 500 mg")

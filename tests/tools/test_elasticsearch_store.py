@@ -16,6 +16,7 @@ from tcrag_langgraph.tools.chunking import Chunk, Document
 from tcrag_langgraph.tools.documents import StoreError, default_embeddings, document_tool
 from tcrag_langgraph.tools.elasticsearch_store import ElasticsearchStore, index_mappings
 from tcrag_langgraph.tools.indexing import build_index
+from tcrag_langgraph.tools.layer import ToolOptions
 
 SECRET = "TOPSECRET-api-key-9f8e7d"
 
@@ -31,13 +32,11 @@ def live_store(elasticsearch_url, request):
     return store
 
 
-def quick_tool(store, **options):
-    """A DOC_RAG tool that fails fast: BM25 (no model needed), short backoff."""
-    options.setdefault("mode", "bm25")
-    options.setdefault("retries", 0)
-    options.setdefault("timeout_s", 10.0)
-    tool = document_tool(store, **options)
-    return tool
+def quick_tool(store, *, mode="bm25", **layer_options):
+    """A DOC_RAG tool that fails fast: BM25 (no model needed), no retry unless asked, 10 s limit."""
+    layer_options.setdefault("retries", 0)
+    layer_options.setdefault("timeout_s", 10.0)
+    return document_tool(store, mode=mode, options=ToolOptions(**layer_options))
 
 
 # ----------------------------------------------------------------------------- live server

@@ -78,7 +78,7 @@ def test_encyclopedia_no_match_and_k(encyclopedia):
 
 
 def test_encyclopedia_index_is_persisted_and_reloads_fast(encyclopedia, encyclopedia_dir, monkeypatch):
-    import tcrag_langgraph.tools.web_search as ws
+    import tcrag_langgraph.tools.web_search.encyclopedia as ws  # where EncyclopediaProvider looks it up
 
     assert (encyclopedia.index_dir() / "params.index.json").exists()
     assert encyclopedia.index_dir().parent == encyclopedia_dir
