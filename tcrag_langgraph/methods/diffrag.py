@@ -53,7 +53,8 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 from rdflib import RDF, RDFS, Dataset, Literal as RDFLiteral, Namespace, URIRef
 from typing_extensions import TypedDict
 
-from ..config import TCRAGConfig
+from .. import answer_format
+from ..config import TCRAGConfig, resolve_config
 from ..events import emit
 from ..prompting import message_text
 from ..state import TraceEvent
@@ -88,8 +89,9 @@ BOOK_GRAPH = URIRef("urn:tcrag:diffrag:graph:book")
 #: Named graph of the solved cases and their triples (the paper's G_personal).
 CASE_GRAPH = URIRef("urn:tcrag:diffrag:graph:cases")
 #: Why a run ended: an answer from the evidence, bad input, the chat model raised (or wrote
-#: nothing), or the graph / embedder / packaged graph could not be read.
-HALT_REASONS = ("answered", "invalid_input", "model_error", "retrieval_error")
+#: nothing), the answer did not fit ``TCRAGConfig.answer_format`` after the re-prompts, or the
+#: graph / embedder / packaged graph could not be read.
+HALT_REASONS = ("answered", "invalid_input", "model_error", "format_error", "retrieval_error")
 #: Bumped when a prompt or the stored layout changes, so cached graphs are rebuilt.
 FORMAT_VERSION = 1
 
@@ -860,6 +862,7 @@ class DiffRAGState(TypedDict, total=False):
     path_source: str  # "model" or "question" (fallback when no triple could be parsed)
     evidence: list[dict[str, Any]]
     answer: Optional[str]
+    structured_answer: Any
     raw_output: str
     answer_validated: bool
     halt_reason: Optional[str]
@@ -944,8 +947,15 @@ def build_diffrag_graph(
     holder: dict[str, Any] = {"knowledge": knowledge}
     lock = threading.Lock()
 
-    def run_options(runtime: Runtime) -> DiffRAGOptions:
-        return base_options.merged(getattr(runtime, "context", None))
+    def run_settings(config: RunnableConfig, runtime: Runtime) -> tuple[DiffRAGOptions, TCRAGConfig]:
+        """This run's options: ``context=`` may be DiffRAGOptions, TCRAGConfig or a mapping of either's fields."""
+        context = getattr(runtime, "context", None)
+        if context is not None and not isinstance(context, (DiffRAGOptions, TCRAGConfig, Mapping)):
+            raise ValueError(f"context must be DiffRAGOptions, TCRAGConfig or a mapping, not {type(context).__name__}")
+        opts = base_options.merged(None if isinstance(context, TCRAGConfig) else context)
+        run_cfg = resolve_config(cfg, configurable=(config or {}).get("configurable"),
+                                 context=None if isinstance(context, DiffRAGOptions) else context)
+        return opts, run_cfg
 
     def get_embeddings() -> Any:
         if embeddings is not None:
@@ -1005,13 +1015,14 @@ def build_diffrag_graph(
                 "answer_validated": False, "path_source": "", "trace": [event]}
 
     def reasoning_path(state: DiffRAGState, config: RunnableConfig, runtime: Runtime) -> dict[str, Any]:
-        opts = run_options(runtime)
+        opts, run_cfg = run_settings(config, runtime)
         calls = _Calls()
         try:
             path = extract_triples(
                 chat, _PATH_SYSTEM, f"Question: {state['question']}\n\nReasoning path:",
                 max_triples=opts.max_path_triples, max_retries=opts.max_format_retries,
-                max_new_tokens=_max_new_tokens(opts, cfg), allow_unknown=True, config=config, calls=calls,
+                max_new_tokens=_max_new_tokens(opts, run_cfg), temperature=run_cfg.temperature,
+                allow_unknown=True, config=config, calls=calls,
             )
         except Exception as exc:
             out = halt(state, 1, "model_error", answer=None, error=f"{type(exc).__name__}: {exc}", config=config)
@@ -1034,7 +1045,7 @@ def build_diffrag_graph(
         return {**counters, "reasoning_path": rows, "path_source": source, "trace": [*state.get("trace", []), *events]}
 
     def recall_node(state: DiffRAGState, config: RunnableConfig, runtime: Runtime) -> dict[str, Any]:
-        opts = run_options(runtime)
+        opts, _ = run_settings(config, runtime)
         step = state.get("steps", 0) + 1
         try:
             knowledge_now = get_knowledge(config, step)
@@ -1059,34 +1070,54 @@ def build_diffrag_graph(
                 "steps": step, "trace": [*state.get("trace", []), event]}
 
     def answer_node(state: DiffRAGState, config: RunnableConfig, runtime: Runtime) -> dict[str, Any]:
-        opts = run_options(runtime)
+        opts, run_cfg = run_settings(config, runtime)
         step = state.get("steps", 0) + 1
         recalled = [RecalledTriple.model_validate(e) for e in state.get("evidence", [])]
         path = "\n".join(" | ".join(r) for r in state.get("reasoning_path", [])) or "(none)"
         prompt = (f"Reasoning path:\n{path}\n\nEvidence:\n{evidence_text(recalled, max_tokens=opts.max_evidence_tokens)}"
                   f"\n\nQuestion:\n{state['question']}")
-        messages = [SystemMessage(content=_ANSWER_SYSTEM), HumanMessage(content=prompt)]
-        try:
-            reply = chat.invoke(messages, config=config,
-                                **_generation_kwargs(chat, _max_new_tokens(opts, cfg), cfg.temperature))
-            text = message_text(reply.content)
-        except Exception as exc:
-            out = halt(state, step, "model_error", answer=None, error=f"{type(exc).__name__}: {exc}", config=config)
-            return {**out, "steps": step, "llm_calls": state.get("llm_calls", 0) + 1}
-        final = _final_answer(text)
-        usage = _usage(state, sum(count_tokens(message_text(m.content)) for m in messages), count_tokens(text))
+        fmt = run_cfg.answer_format
+        rule = answer_format.instructions(fmt)
+        system = _ANSWER_SYSTEM + (f" The line after 'Answer:' is your Conclusion. {rule}" if rule else "")
+        messages: list[BaseMessage] = [SystemMessage(content=system), HumanMessage(content=prompt)]
+        kwargs = _generation_kwargs(chat, _max_new_tokens(opts, run_cfg), run_cfg.temperature)
+        calls, retries, prompt_tokens, completion_tokens = 0, 0, 0, 0
+        while True:  # bounded: at most max_format_retries re-prompts when the answer does not fit the format
+            calls += 1
+            prompt_tokens += sum(count_tokens(message_text(m.content)) for m in messages)
+            try:
+                text = message_text(chat.invoke(messages, config=config, **kwargs).content)
+            except Exception as exc:
+                out = halt(state, step, "model_error", answer=None, error=f"{type(exc).__name__}: {exc}", config=config)
+                return {**out, "steps": step, "llm_calls": state.get("llm_calls", 0) + calls,
+                        "token_usage": _usage(state, prompt_tokens, completion_tokens)}
+            completion_tokens += count_tokens(text)
+            final = _final_answer(text)
+            structured, problem = answer_format.check(fmt, final)
+            if fmt is None or problem is None or retries >= run_cfg.max_format_retries:
+                break
+            retries += 1
+            messages = [*messages, AIMessage(content=text or "(empty)"),
+                        HumanMessage(content=f"Your answer could not be used: {problem}. {rule}")]
         event = TraceEvent(step=step, action="Answer", op="push", content=final, stack_depth=4,
-                           detail=json.dumps({"evidence": len(recalled)}))
+                           detail=json.dumps({"evidence": len(recalled), "format_retries": retries}))
         emit(event, config)
-        out = halt({**state, "trace": [*state.get("trace", []), event]}, step, "answered" if final else "model_error",
-                   answer=final or None, error=None if final else "the model wrote no answer", config=config)
-        return {**out, "raw_output": text, "steps": step,
-                "llm_calls": state.get("llm_calls", 0) + 1, "token_usage": usage}
+        if not final:
+            reason, error = "model_error", "the model wrote no answer"
+        elif problem is not None:
+            reason, error = "format_error", f"no answer in the asked format after {retries} re-prompts: {problem}"
+        else:
+            reason, error = "answered", None
+        out = halt({**state, "trace": [*state.get("trace", []), event]}, step, reason, answer=final or None,
+                   error=error, config=config)
+        return {**out, "raw_output": text, "steps": step, "llm_calls": state.get("llm_calls", 0) + calls,
+                "structured_answer": structured if fmt is not None and problem is None else None,
+                "token_usage": _usage(state, prompt_tokens, completion_tokens)}
 
     def after(state: DiffRAGState) -> str:
         return "end" if state.get("halt_reason") else "next"
 
-    builder = StateGraph(DiffRAGState, context_schema=DiffRAGOptions)
+    builder = StateGraph(DiffRAGState)  # context: DiffRAGOptions, TCRAGConfig or a mapping (run_settings)
     builder.add_node("Start", start)
     builder.add_node("Reasoning_Path", reasoning_path)
     builder.add_node("Recall", recall_node)

@@ -300,6 +300,26 @@ def test_per_run_options_through_context():
     assert len(wide["evidence"]) == 3 and len(narrow["evidence"]) == 1
 
 
+def test_answer_format_is_enforced_with_bounded_reprompts():
+    graph, model = _graph(["metformin | treats | type 2 diabetes", "Answer: probably", "Answer: Yes."],
+                          config=TCRAGConfig(answer_format=["yes", "no", "maybe"], max_format_retries=1))
+    out = graph.invoke({"question": "Is metformin first-line for type 2 diabetes?"})
+    assert out["halt_reason"] == "answered" and out["structured_answer"] == "yes"
+    assert "exactly one of: yes, no, maybe" in model.seen[1][0].content
+    assert "could not be used" in model.seen[2][-1].content and out["llm_calls"] == 3
+    stubborn, _ = _graph(["metformin | treats | type 2 diabetes", "Answer: probably"])
+    out = stubborn.invoke({"question": "Is metformin first-line?"},
+                          context=TCRAGConfig(answer_format=["yes", "no"], max_format_retries=2))
+    assert out["halt_reason"] == "format_error" and out["structured_answer"] is None
+    assert out["llm_calls"] == 1 + 3 and "after 2 re-prompts" in out["error"]
+
+
+def test_context_of_the_wrong_type_is_refused():
+    graph, _ = _graph(["metformin | treats | type 2 diabetes", "Answer: x"])
+    with pytest.raises(ValueError, match="context must be"):
+        graph.invoke({"question": Q}, context=["top_k", 1])
+
+
 @pytest.mark.parametrize("question,why", [("", "empty"), ("   ?!  ", "no readable text"), (42, "must be text")])
 def test_bad_input_halts_invalid_input_without_calling_the_model(question, why):
     graph, model = _graph(["a | b | c"])
