@@ -69,8 +69,6 @@ def test_per_request_sigma_metric_and_max_steps_are_applied(served):
     assert meta["sigma"] == 20.0 and meta["stack"] == ["User_Query", "Conclusion"]  # 15 < 20: first accepted
     meta = invoke(base, "q metric?", {"metric": "uct"}).json()["output"]["response_metadata"]
     assert meta["metric"] == "uct" and meta["sigma"] == 20.0 and meta["steps"] == 1  # uct default sigma 20
-    meta = invoke(base, "q steps?", {"max_steps": 1}).json()["output"]["response_metadata"]
-    assert meta["halt_reason"] == "max_steps" and meta["answer_validated"] is False
     meta = invoke(base, "q defaults?").json()["output"]["response_metadata"]
     assert meta["sigma"] == 10.0 and meta["steps"] == 2  # options do not stick to the server
 
@@ -169,13 +167,28 @@ def test_threads_persist_in_sqlite_across_server_restarts(tmp_path):
     assert len(after["messages"]) == 4 and after["answer"] == "second answer to and now?"
 
 
+# Two Thoughts before the Conclusion: a budget of one step ends the run on the second Thought (the
+# one final action written at the budget), unvalidated; any larger budget reaches the Conclusion.
+THINKER = {"replies": ["Thought: a {question}", "Thought: b {question}", "Conclusion: c {question}"],
+           "scores": {"c {question}": 1.0}, "default_score": 40.0}
+
+
+def test_per_request_max_steps_is_applied():
+    with uvicorn_thread(create_app(graph=scripted_graph(THINKER))) as base:
+        tight = invoke(base, "budget?", {"max_steps": 1}).json()["output"]
+        free = invoke(base, "budget?").json()["output"]
+    assert tight["response_metadata"]["halt_reason"] == "max_steps" and tight["content"] == "b budget?"
+    assert tight["response_metadata"]["answer_validated"] is False
+    assert free["response_metadata"]["halt_reason"] == "validated" and free["content"] == "c budget?"
+
+
 def test_request_options_do_not_reset_the_servers_base_config():
     """LangServe alone would validate `configurable` against TCRAGConfig and send every default
     (max_steps=12 ...) along; the app passes on only what the client set."""
-    graph = scripted_graph({**SCRIPT, "config": {"max_steps": 1}})
+    graph = scripted_graph({**THINKER, "config": {"max_steps": 1}})
     with uvicorn_thread(create_app(graph=graph)) as base:
         meta = invoke(base, "budget?", {"metric": "cppl"}).json()["output"]["response_metadata"]
-    assert meta["halt_reason"] == "max_steps" and meta["steps"] == 1  # the base budget of 1 still holds
+    assert meta["halt_reason"] == "max_steps" and meta["steps"] == 2  # the base budget of 1 (+ the final action) holds
 
 
 # ----- security (issue 12): authentication, identity, hosts, bodies, thread scoping, bounded memory -----

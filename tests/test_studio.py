@@ -100,7 +100,9 @@ def test_runtime_options_via_context_and_configurable_are_honoured(client):
     out = client.runs.wait(None, "tcrag", input={"question": "q2?"}, context={"metric": "uct"})
     assert out["metric"] == "uct" and out["sigma"] == 20.0 and out["answer"] == "first answer to q2?"
     out = client.runs.wait(None, "tcrag", input={"question": "q3?"}, context={"max_steps": 2})
-    assert out["halt_reason"] == "max_steps" and out["steps"] == 2 and out["answer_validated"] is False
+    # budget of 2 (Thought, Tool_Use), then the one final Conclusion written at the budget: rejected (15 > 10)
+    assert out["halt_reason"] == "max_steps" and out["steps"] == 3 and out["answer_validated"] is False
+    assert out["answer"] == "first answer to q3?"
     out = client.runs.wait(None, "tcrag", input={"question": "q4?"}, config={"configurable": {"sigma": 16}})
     assert out["sigma"] == 16.0 and out["answer"] == "first answer to q4?"
 
