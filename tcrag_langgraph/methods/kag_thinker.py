@@ -330,6 +330,10 @@ def _read_action(body: str, step: str, reader: _FormReader) -> LogicalForm:
     op: Optional[str] = None
     content: list[ContentItem] = []
     target: Optional[str] = None
+    keys = [a.partition("=")[0].strip().lower() for a in args if "=" in a]
+    repeated = sorted({k for k in keys if keys.count(k) > 1})
+    if repeated:
+        raise LogicalFormParseError(f"Action{reader.index} sets {', '.join(repeated)} more than once: one value each")
     if function == "Retrieval":
         for arg in args:
             key, eq, value = arg.partition("=")

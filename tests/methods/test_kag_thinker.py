@@ -126,6 +126,7 @@ def test_parse_repairs_formatting_variants():
     ("Step1: A?\nAction1: Output('plain text')", "Output takes references"),
     ("Step1: A?\nAction1: Deduce(op=guess, content=['x'], target='y')", "Deduce op"),
     ("Step1: A?\nAction1: Math(content=['#2'], target='1+1')", "not an earlier step"),
+    ("Step1: A?\nAction1: Retrieval(s=s1:x, p=p1:r, o=o1:y, o=o2:y)", "sets o more than once"),
 ])
 def test_parse_rejects_with_a_message_for_the_model(text, message):
     with pytest.raises(LogicalFormParseError, match=message):
