@@ -79,6 +79,7 @@ __all__ = [
     "build_macro_micro_graph",
     "add_cases",
     "default_knowledge",
+    "knowledge_cache_dir",
     "build_diffrag_graph",
 ]
 
@@ -684,6 +685,13 @@ def add_cases(
     return found
 
 
+def knowledge_cache_dir() -> Path:
+    """Where built graphs are cached: ``<tcrag_langgraph.models.cache_dir()>/diffrag``."""
+    from ..models import cache_dir
+
+    return cache_dir() / "diffrag"
+
+
 _DEFAULT_LOCK = threading.Lock()
 _DEFAULT_MEMO: dict[str, DiffRAGKnowledge] = {}
 
@@ -721,7 +729,7 @@ def default_knowledge(
     for this process only (path ``None``): triples of one model are never served for another.
     Returns ``(knowledge, cache path or None, built_now)``.
     """
-    from ..models import cache_dir, chat_model_id
+    from ..models import chat_model_id
 
     options = options or DiffRAGOptions()
     config = config or TCRAGConfig()
@@ -734,7 +742,7 @@ def default_knowledge(
             model_id = None
     key = _content_key(model_id or f"unnamed:{id(model)}", docs, list(cases), options,
                        _max_new_tokens(options, config))
-    path = cache_dir() / "diffrag" / f"{key}.nq.gz" if model_id else None
+    path = knowledge_cache_dir() / f"{key}.nq.gz" if model_id else None
     with _DEFAULT_LOCK:
         if key in _DEFAULT_MEMO:
             return _DEFAULT_MEMO[key], path, False

@@ -446,7 +446,7 @@ def test_registered_for_eval():
 def test_end_to_end_with_the_packaged_model(tmp_path, monkeypatch, one_torch_thread):
     from tcrag_langgraph.models import LocalChatModel
 
-    monkeypatch.setenv("TCRAG_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(diffrag, "knowledge_cache_dir", lambda: tmp_path)  # the model's own cache stays shared
     monkeypatch.setattr(diffrag, "_DEFAULT_MEMO", {})
     options = DiffRAGOptions(max_passages=3, max_triples_per_passage=4, max_path_triples=3, max_new_tokens=64)
     graph = build_diffrag_graph(model=LocalChatModel(), options=options, config=TCRAGConfig(temperature=0.0),
