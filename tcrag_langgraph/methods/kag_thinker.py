@@ -391,6 +391,10 @@ def _read_action(body: str, step: str, reader: _FormReader) -> LogicalForm:
         if not args:
             raise LogicalFormParseError(f"Action{reader.index}: Output needs the answers to output, e.g. Output(#1)")
         for arg in args:
+            if _unquote(arg) == f"#{reader.index}" and reader.index > 1:
+                # A final step outputting "itself" (Step2: list them / Output(#2)) means the answer before it.
+                arg = f"#{reader.index - 1}"
+                reader.repairs.append(f"Action{reader.index}: Output(#{reader.index}) read as Output({arg})")
             item = reader.item(arg)
             if item.step is None:
                 raise LogicalFormParseError(
@@ -420,7 +424,8 @@ def parse_logical_forms(text: Any, *, max_forms: int = 6) -> LogicalPlan:
 
     Repairs (recorded in :attr:`LogicalPlan.repairs`): ``<think>``/``<answer>`` wrappers, markdown,
     full-width colons, HTML entities, missing step numbers, function-name variants and typos, a
-    missing Deduce op or target, a missing final ``Output`` (``Output(#last)`` is added). Anything
+    missing Deduce op or target, a missing final ``Output`` (``Output(#last)`` is added), an Output
+    step naming itself (``StepN ... Output(#N)`` is read as ``Output(#N-1)``). Anything
     else unusable raises :class:`LogicalFormParseError` whose message is for the model: no steps, a
     Step without an Action, numbering out of order, an unknown function, a reference to an unknown
     variable or to a step that is not earlier (``#n`` with ``n`` >= its own number), an Output that

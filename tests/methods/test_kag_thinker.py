@@ -133,6 +133,18 @@ def test_parse_rejects_with_a_message_for_the_model(text, message):
         parse_logical_forms(text)
 
 
+def test_parse_reads_an_output_of_itself_as_the_answer_before_it():
+    # What Qwen2.5-Coder-0.5B wrote for a one-hop question.
+    text = ("Step1: Identify the phenotypes associated with Marfan syndrome.\nAction1: Retrieval(s=s1:phenotype"
+            "['Marfan syndrome'], p=p1:phenotype, o=o1:phenotype)\nStep2: List the phenotypes.\nAction2: Output(#2)")
+    plan = parse_logical_forms(text)
+    assert plan.forms[1].references == [1] and plan.repairs == ["Action2: Output(#2) read as Output(#1)"]
+    with pytest.raises(LogicalFormParseError, match="not an earlier step"):
+        parse_logical_forms(text.replace("Output(#2)", "Output(#3)"))
+    with pytest.raises(LogicalFormParseError, match="not an earlier step"):
+        parse_logical_forms("Step1: A\nAction1: Output(#1)")
+
+
 def test_parse_bounds_the_number_of_forms():
     text = "\n".join(f"Step{i}: Q{i}?\nAction{i}: Retrieval(s=s{i}:x['e{i}'], p=p{i}:r, o=o{i}:y)" for i in range(1, 5))
     assert len(parse_logical_forms(text, max_forms=5).forms) == 5  # four + the added Output
