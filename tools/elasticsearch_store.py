@@ -8,8 +8,10 @@ backoff), BM25 by ``match`` (equal scores by ``chunk_id`` ascending, as in the e
 client-side reciprocal rank fusion (server-side RRF needs an Enterprise licence).
 
 Credentials (``api_key`` or ``basic_auth``, or ``user:password@`` in the URL) are handed to the
-client only; ``repr`` and error messages never contain them, and :attr:`ElasticsearchStore.secrets`
-lists them so the tool layer scrubs them from anything it reports.
+client only; ``repr`` and error messages never contain them (plain, URL-encoded or base64 as in
+an ``Authorization`` header a server may echo: :func:`~tcrag_langgraph.tools.secrets.scrub_secrets`),
+and :attr:`ElasticsearchStore.secrets` lists them (with ``base64("user:password")``) so the tool
+layer scrubs them from anything it reports.
 
 Transport failures become :class:`~tcrag_langgraph.tools.documents.StoreError` with a kind:
 connection refused -> ``unavailable``, timeout -> ``timeout``, HTTP 5xx -> ``unavailable``,
@@ -25,16 +27,18 @@ Example (needs a server, e.g. ``noida-db start --only elasticsearch``):
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import logging
 import re
 from typing import Any, Callable, Iterable, Iterator, Optional
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import unquote, urlsplit, urlunsplit
 
 import numpy as np
 
 from .chunking import Chunk
 from .documents import DocumentStore, SearchHit, StoreError, default_embeddings, embed_texts, embedding_model_name
+from .secrets import scrub_secrets
 from .text_analysis import ELASTICSEARCH_ANALYZER, elasticsearch_analysis
 
 __all__ = ["ElasticsearchStore", "index_mappings", "index_settings"]
@@ -77,6 +81,14 @@ def index_settings() -> dict[str, Any]:
         ['tcrag_medical']
     """
     return {"number_of_shards": 1, "analysis": elasticsearch_analysis()}
+
+
+def _basic_token(user: str, password: str) -> str:
+    """``base64("user:password")``, what an ``Authorization`` header carries (and a server may echo).
+
+    Listed as a secret instead of the user name, which alone is no secret and may be a common word.
+    """
+    return base64.b64encode(f"{user}:{password}".encode()).decode()
 
 
 def _redact_url(url: str) -> str:
@@ -136,13 +148,13 @@ class ElasticsearchStore(DocumentStore):
         self._bulk_max_retries = bulk_max_retries
         secrets: list[str] = []
         if isinstance(api_key, tuple):
-            secrets.extend(str(s) for s in api_key[1:])
+            secrets.extend((str(api_key[1]), _basic_token(str(api_key[0]), str(api_key[1]))))
         elif api_key:
             secrets.append(str(api_key))
         if basic_auth is not None:
             if not (isinstance(basic_auth, tuple) and len(basic_auth) == 2):
                 raise ValueError("basic_auth must be a (user, password) tuple")
-            secrets.append(str(basic_auth[1]))
+            secrets.extend((str(basic_auth[1]), _basic_token(str(basic_auth[0]), str(basic_auth[1]))))
         if client is not None:
             self.url = "<client>"
             self._client = client
@@ -151,7 +163,8 @@ class ElasticsearchStore(DocumentStore):
             if parts.scheme not in ("http", "https") or not parts.hostname:
                 raise ValueError(f"Elasticsearch URL must look like http(s)://host:port, got {_redact_url(url or '')!r}")
             if parts.password:
-                secrets.append(parts.password)
+                password = unquote(parts.password)
+                secrets.extend((password, _basic_token(unquote(parts.username or ""), password)))
             self.url = _redact_url(url)
             from elasticsearch import Elasticsearch
 
@@ -188,9 +201,16 @@ class ElasticsearchStore(DocumentStore):
 
     # -- errors
     def _scrub(self, text: str) -> str:
-        for secret in self._secrets:
-            text = text.replace(secret, "***")
-        return text
+        return scrub_secrets(text, self._secrets)
+
+    @staticmethod
+    def _api_reason(exc: Any) -> str:
+        """The error type and the server's ``reason`` (servers may echo request data there: scrub it)."""
+        text = str(getattr(exc, "message", "") or exc)
+        body = getattr(exc, "body", None)
+        error = body.get("error") if isinstance(body, dict) else None
+        reason = error.get("reason") if isinstance(error, dict) else None
+        return f"{text}: {reason}" if isinstance(reason, str) and reason and reason not in text else text
 
     @contextlib.contextmanager
     def _errors(self, operation: str) -> Iterator[None]:
@@ -214,7 +234,7 @@ class ElasticsearchStore(DocumentStore):
             ) from exc
         except es.ApiError as exc:
             status = getattr(exc.meta, "status", None) or 0
-            reason = self._scrub(str(getattr(exc, "message", "") or exc))[:300]
+            reason = self._scrub(self._api_reason(exc))[:300]
             if status in (401, 403):
                 raise StoreError(f"{where}: access denied (HTTP {status})", kind="forbidden") from exc
             if status == 404:

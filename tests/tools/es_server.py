@@ -102,13 +102,14 @@ class NoidaElasticsearch:
 class FaultServer:
     """A loopback HTTP server that misbehaves for every method and path.
 
-    ``mode``: ``"error500"`` (HTTP 500 with an Elasticsearch-style error), ``"garbage"`` (HTTP 200
+    ``mode``: ``"error500"`` (HTTP 500 with an Elasticsearch-style error), ``"echo500"`` (the same,
+    its ``reason`` echoing every request header, as a careless proxy does), ``"garbage"`` (HTTP 200
     claiming JSON, body is not JSON), ``"hang"`` (reads the request, never answers before
     ``hang_s``). ``requests`` counts what arrived, ``headers`` keeps each request's headers.
     """
 
     def __init__(self, mode: str, *, hang_s: float = 5.0) -> None:
-        if mode not in ("error500", "garbage", "hang"):
+        if mode not in ("error500", "echo500", "garbage", "hang"):
             raise ValueError(f"unknown fault mode {mode!r}")
         self.mode = mode
         self.hang_s = hang_s
@@ -129,9 +130,13 @@ class FaultServer:
                 if server.mode == "hang":
                     server._stop.wait(server.hang_s)
                     return
-                if server.mode == "error500":
+                if server.mode in ("error500", "echo500"):
+                    reason = "boom" if server.mode == "error500" else (
+                        f"boom; request headers: authorization={self.headers.get('Authorization')} "
+                        f"{dict(self.headers.items())}"
+                    )
                     status, body = 500, json.dumps(
-                        {"error": {"type": "internal_server_error", "reason": "boom"}, "status": 500}
+                        {"error": {"type": "internal_server_error", "reason": reason}, "status": 500}
                     ).encode()
                 else:
                     status, body = 200, b"<html>definitely not json"

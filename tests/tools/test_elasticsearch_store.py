@@ -171,3 +171,21 @@ def test_credentials_are_sent_but_never_shown():
         result = quick_tool(with_password).invoke("sepsis")
         assert server.headers[-1]["authorization"].startswith("Basic ")
         assert isinstance(result, ToolError) and SECRET not in str(result)
+
+
+def test_basic_auth_echoed_by_the_server_never_reaches_the_observation():
+    """A server echoing the request headers puts ``Basic base64(user:password)`` into its error."""
+    import base64
+
+    token = base64.b64encode(f"elastic:{SECRET}".encode()).decode()
+    with FaultServer("echo500") as server:
+        store = ElasticsearchStore(server.url, index="docs", basic_auth=("elastic", SECRET))
+        result = quick_tool(store).invoke("sepsis")
+        assert server.headers[0]["authorization"] == f"Basic {token}"  # sent, and echoed in the 500 body
+        assert isinstance(result, ToolError) and "request headers: authorization=Basic ***" in result.message
+        assert SECRET not in str(result) and token not in str(result)
+        host = server.url.split("//")[1]
+        in_url = ElasticsearchStore(f"http://elastic:{SECRET}@{host}", index="docs")
+        result = quick_tool(in_url).invoke("sepsis")
+        assert isinstance(result, ToolError) and "request headers" in result.message
+        assert SECRET not in str(result) and token not in str(result)

@@ -443,3 +443,59 @@ def test_packaged_graph_on_oxigraph_matches_in_memory(oxigraph_server, medical):
         "seizures and abnormality of the nervous system",
     ):
         assert remote.retrieve(question).text == medical.retrieve(question).text
+
+
+# ----------------------------------------------------------------------------- credentials of a remote endpoint
+
+KG_PASSWORD = "kg-pass-7c1e9a"
+KG_KEY = "kg-key-55d2b0"
+EMPTY_SELECT = {"head": {"vars": ["s"]}, "results": {"bindings": []}}
+
+
+def _with_userinfo(url: str) -> str:
+    return url.replace("http://", f"http://reader:{KG_PASSWORD}@") + "/query"
+
+
+def _secrets_absent(text: str) -> None:
+    import base64
+
+    token = base64.b64encode(f"reader:{KG_PASSWORD}".encode()).decode()
+    for secret in (KG_PASSWORD, KG_KEY, token, f"reader:{KG_PASSWORD}"):
+        assert secret not in text, (secret, text)
+
+
+def test_remote_credentials_are_not_forwarded_on_a_cross_origin_redirect(http_server, second_http_server):
+    second_http_server.respond = lambda req, n: second_http_server.Reply(200, EMPTY_SELECT)
+    http_server.respond = lambda req, n: http_server.Reply(302, b"", headers={"Location": second_http_server.url + "/query"})
+    kg = KnowledgeGraph.from_endpoint(_with_userinfo(http_server.url), method="GET", headers={"X-API-Key": KG_KEY})
+    assert kg.lookup("Marfan syndrome") == []  # the redirect was followed
+    sent = http_server.requests[0].headers
+    assert sent["authorization"].startswith("Basic ") and sent["x-api-key"] == KG_KEY
+    forwarded = second_http_server.requests[0].headers
+    assert "authorization" not in forwarded and "x-api-key" not in forwarded
+    _secrets_absent(kg.source)
+
+
+def test_remote_error_bodies_are_scrubbed_before_they_become_observations(http_server):
+    def echo(req, n):  # a careless server that echoes the request headers in its error page
+        sent = f"authorization={req.headers.get('authorization')} x-api-key={req.headers.get('x-api-key')}"
+        return http_server.Reply(500, f"internal error; you sent {sent}", content_type="text/plain")
+
+    http_server.respond = echo
+    kg = KnowledgeGraph.from_endpoint(_with_userinfo(http_server.url), method="GET", headers={"X-API-Key": KG_KEY})
+    with pytest.raises(KGQueryError) as raised:
+        kg.lookup("Marfan syndrome")
+    assert "HTTP 500: internal error; you sent authorization=Basic *** x-api-key=***" in str(raised.value)
+    _secrets_absent(str(raised.value))
+    result = knowledge_graph_tool(kg, retries=0, cache_size=0).invoke({"query": "", "entities": ["Marfan syndrome"]})
+    assert isinstance(result, ToolError) and result.kind == "unavailable"
+    _secrets_absent(str(result))
+
+
+def test_unreachable_endpoint_error_hides_userinfo(refused_url):
+    kg = KnowledgeGraph.from_endpoint(_with_userinfo(refused_url), method="GET")
+    with pytest.raises(KGQueryError) as raised:
+        kg.lookup("x")
+    assert raised.value.kind == "unavailable" and "unreachable" in str(raised.value)
+    _secrets_absent(str(raised.value))
+    assert "reader" not in str(raised.value)

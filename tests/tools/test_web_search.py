@@ -262,3 +262,39 @@ def test_provider_validation():
         SearxngProvider("ftp://x")
     with pytest.raises(TypeError):
         web_tool(object())
+
+
+# ---------------------------------------------------------------- the API key stays on its origin
+
+
+def _keyed(url: str) -> SearxngProvider:
+    return SearxngProvider(url, api_key=API_KEY, api_key_header="X-API-Key", api_key_prefix="", timeout_s=5.0)
+
+
+def test_searxng_key_is_not_forwarded_on_a_cross_origin_redirect(http_server, second_http_server):
+    second_http_server.respond = lambda req, n: second_http_server.Reply(200, GOOD)
+    http_server.respond = lambda req, n: http_server.Reply(
+        302, b"", headers={"Location": second_http_server.url + "/search?q=gout&format=json"}
+    )
+    results = _keyed(http_server.url).search("gout", 2)
+    assert [r.title for r in results] == ["Gout - overview", "Hyperuricemia"]  # the redirect was followed
+    assert http_server.requests[0].headers["x-api-key"] == API_KEY
+    assert "x-api-key" not in second_http_server.requests[0].headers
+
+
+def test_searxng_key_is_kept_on_a_same_origin_redirect(http_server):
+    def respond(req, n):
+        if req.path == "/search":
+            return http_server.Reply(302, b"", headers={"Location": "/v2/search?q=gout&format=json"})
+        return http_server.Reply(200, GOOD)
+
+    http_server.respond = respond
+    assert _keyed(http_server.url).search("gout", 1)[0].title == "Gout - overview"
+    assert [r.headers.get("x-api-key") for r in http_server.requests] == [API_KEY, API_KEY]
+
+
+async def test_searxng_async_key_is_not_forwarded_on_a_cross_origin_redirect(http_server, second_http_server):
+    second_http_server.respond = lambda req, n: second_http_server.Reply(200, GOOD)
+    http_server.respond = lambda req, n: http_server.Reply(302, b"", headers={"Location": second_http_server.url + "/search"})
+    assert (await _keyed(http_server.url).asearch("gout", 1))[0].title == "Gout - overview"
+    assert "x-api-key" not in second_http_server.requests[0].headers

@@ -4,11 +4,8 @@ from __future__ import annotations
 
 import json
 import re
-import socket
 import threading
-import urllib.error
 import urllib.parse
-import urllib.request
 from typing import Any, Iterable, Mapping, Optional
 
 from rdflib import BNode, Graph, Literal, URIRef
@@ -103,10 +100,17 @@ class _LocalBackend:
 
 
 class _RemoteBackend:
-    """SPARQL 1.1 protocol over HTTP (POST, JSON results) with a real timeout.
+    """SPARQL 1.1 protocol over HTTP (POST, JSON results) with a real timeout, over ``httpx``.
 
     Bindings are inlined as one ``VALUES`` row at the template's ``#@VALUES`` marker, every term
     serialised by :func:`sparql_term`.
+
+    Credentials (``user:password@`` in the endpoint URL, sent as HTTP basic auth, and every value
+    of ``headers``) reach the endpoint's origin only: redirects to another origin are followed
+    without them (:func:`~tcrag_langgraph.tools.secrets.guarded_httpx_client`). Error messages
+    name the endpoint without its userinfo, quote at most 300 characters of an error body after
+    :func:`~tcrag_langgraph.tools.secrets.scrub_secrets`, and :attr:`secrets` lists the
+    credentials for the tool layer's scrubber.
     """
 
     def __init__(self, endpoint: str, *, timeout_s: float, headers: Optional[Mapping[str, str]] = None, method: str = "POST") -> None:
@@ -118,9 +122,18 @@ class _RemoteBackend:
         if not timeout_s > 0:
             raise ValueError("timeout_s must be positive")
         self.method = method
-        self.endpoint = endpoint
         self.timeout_s = timeout_s
         self.headers = dict(headers or {})
+        user = urllib.parse.unquote(parsed.username) if parsed.username else ""
+        password = urllib.parse.unquote(parsed.password) if parsed.password else ""
+        self._auth = (user, password) if user or password else None
+        host = parsed.hostname or ""
+        netloc = f"[{host}]" if ":" in host else host
+        if parsed.port:
+            netloc += f":{parsed.port}"
+        #: the endpoint without userinfo: what requests go to and what messages show
+        self.endpoint = urllib.parse.urlunparse(parsed._replace(netloc=netloc))
+        self.secrets: tuple[str, ...] = tuple(v for v in (user, password, *self.headers.values()) if v)
 
     @staticmethod
     def render(query: str, bindings: Mapping[str, Any]) -> str:
@@ -138,30 +151,35 @@ class _RemoteBackend:
         return query.replace("#@VALUES", block)
 
     def _post(self, query: str) -> dict[str, Any]:
-        form = urllib.parse.urlencode({"query": query})
+        import httpx
+
+        from ..secrets import guarded_httpx_client, scrub_secrets
+
+        form = {"query": query}
         headers = {"Accept": "application/sparql-results+json", **self.headers}
-        if self.method == "GET":
-            joiner = "&" if urllib.parse.urlparse(self.endpoint).query else "?"
-            request = urllib.request.Request(self.endpoint + joiner + form, headers=headers, method="GET")
-        else:
-            headers["Content-Type"] = "application/x-www-form-urlencoded"
-            request = urllib.request.Request(self.endpoint, data=form.encode("utf-8"), headers=headers, method="POST")
+        client = guarded_httpx_client(
+            self.endpoint, extra_headers=self.headers, auth=self._auth, timeout=self.timeout_s, follow_redirects=True, max_redirects=5
+        )
         try:
-            with urllib.request.urlopen(request, timeout=self.timeout_s) as response:
-                body = response.read()
-        except urllib.error.HTTPError as exc:
-            detail = exc.read(300).decode("utf-8", "replace").strip()
-            retry = exc.code >= 500 or exc.code == 429
+            with client:
+                if self.method == "GET":
+                    response = client.get(self.endpoint, params=form, headers=headers)
+                else:
+                    response = client.post(self.endpoint, data=form, headers=headers)
+                body = response.content
+        except httpx.TimeoutException:
+            raise KGQueryError("timeout", f"SPARQL endpoint gave no answer within {self.timeout_s:g} s", retryable=True) from None
+        except httpx.HTTPError as exc:
+            reason = scrub_secrets(str(exc) or type(exc).__name__, self.secrets)
+            raise KGQueryError("unavailable", f"SPARQL endpoint {self.endpoint} unreachable: {reason}", retryable=True) from None
+        if response.status_code >= 400:
+            detail = scrub_secrets(body[:300].decode("utf-8", "replace").strip(), self.secrets)
+            retry = response.status_code >= 500 or response.status_code == 429
             raise KGQueryError(
                 "unavailable" if retry else "bad_response",
-                f"SPARQL endpoint answered HTTP {exc.code}: {detail}",
+                f"SPARQL endpoint answered HTTP {response.status_code}: {detail}",
                 retryable=retry,
-            ) from None
-        except (socket.timeout, TimeoutError):
-            raise KGQueryError("timeout", f"SPARQL endpoint gave no answer within {self.timeout_s:g} s", retryable=True) from None
-        except (urllib.error.URLError, ConnectionError, OSError) as exc:
-            reason = getattr(exc, "reason", exc)
-            raise KGQueryError("unavailable", f"SPARQL endpoint {self.endpoint} unreachable: {reason}", retryable=True) from None
+            )
         try:
             return json.loads(body)
         except (json.JSONDecodeError, UnicodeDecodeError) as exc:

@@ -108,6 +108,11 @@ class KnowledgeGraph:
     def source(self) -> str:
         return self._backend.describe_source()
 
+    @property
+    def secrets(self) -> tuple[str, ...]:
+        """Credentials of the backend (a remote endpoint's user, password and header values), for scrubbing."""
+        return tuple(getattr(self._backend, "secrets", ()))
+
     # -- low level
 
     def _select(self, query: str, **bindings: Any) -> list[dict[str, Any]]:

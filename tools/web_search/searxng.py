@@ -9,6 +9,7 @@ from typing import Any, Optional
 import httpx
 
 from ..layer import ToolFailure
+from ..secrets import guarded_httpx_async_client, guarded_httpx_client
 from .provider import Result
 
 __all__ = ["SearxngProvider"]
@@ -19,8 +20,10 @@ class SearxngProvider:
 
     Failures raise :class:`ToolFailure`: connection refused / 5xx / 429 are retryable
     (``unavailable``), client timeouts are ``timeout``, other 4xx are not retried, and a body that
-    is not the expected JSON is ``bad_response``. The API key travels in a header only and is
-    kept out of ``repr`` and every message.
+    is not the expected JSON is ``bad_response``. The API key travels in a header only, to
+    ``base_url``'s origin only (a redirect elsewhere is followed without it, see
+    :func:`~tcrag_langgraph.tools.secrets.guarded_httpx_client`), and is kept out of ``repr`` and
+    every message; :attr:`secrets` hands it to the tool layer's scrubber.
 
     Example:
         >>> p = SearxngProvider("http://127.0.0.1:8888", api_key="secret")
@@ -47,6 +50,7 @@ class SearxngProvider:
         self.base_url = base_url.rstrip("/")
         self._api_key = api_key or None
         self._headers = {"Accept": "application/json"}
+        self._api_key_header = api_key_header
         if self._api_key:
             self._headers[api_key_header] = f"{api_key_prefix}{self._api_key}"
         self.timeout_s = timeout_s
@@ -58,6 +62,10 @@ class SearxngProvider:
     @property
     def secrets(self) -> tuple[str, ...]:
         return (self._api_key,) if self._api_key else ()
+
+    def _client_options(self) -> dict[str, Any]:
+        # redirects are followed, but the key header only ever goes to base_url's origin
+        return {"timeout": self.timeout_s, "follow_redirects": True, "max_redirects": 5}
 
     def _request(self, query: str) -> dict[str, Any]:
         return {
@@ -104,7 +112,7 @@ class SearxngProvider:
 
     def search(self, query: str, k: int) -> list[Result]:
         try:
-            with httpx.Client(timeout=self.timeout_s, follow_redirects=True) as client:
+            with guarded_httpx_client(self.base_url, extra_headers=(self._api_key_header,), **self._client_options()) as client:
                 response = client.get(**self._request(query))
         except httpx.HTTPError as exc:
             raise self._transport_failure(exc) from None
@@ -112,7 +120,9 @@ class SearxngProvider:
 
     async def asearch(self, query: str, k: int) -> list[Result]:
         try:
-            async with httpx.AsyncClient(timeout=self.timeout_s, follow_redirects=True) as client:
+            async with guarded_httpx_async_client(
+                self.base_url, extra_headers=(self._api_key_header,), **self._client_options()
+            ) as client:
                 response = await client.get(**self._request(query))
         except httpx.HTTPError as exc:
             raise self._transport_failure(exc) from None
