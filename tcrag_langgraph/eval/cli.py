@@ -46,14 +46,39 @@ def load_factory(spec: str) -> Any:
 
 
 def resolve_model(spec: str, *, max_new_tokens: int, temperature: float) -> Any:
-    """``local`` (the packaged SmolLM2-135M-Instruct), a model folder path, or ``module:callable``."""
-    from ..models import LocalChatModel
+    """The chat model ``--model`` names, with these generation settings.
+
+    ``local`` (the packaged SmolLM2-135M-Instruct), a transformers folder, a ``.gguf`` file, a
+    LangChain ``"provider:model"`` name (all through :func:`tcrag_langgraph.models.resolve_chat_model`),
+    or ``module:callable`` returning a chat model. A ``name:value`` is a factory when ``name`` is an
+    importable module with a callable ``value``; otherwise it is a provider name.
+
+    Example:
+        >>> resolve_model("local", max_new_tokens=64, temperature=0.0).max_new_tokens
+        64
+    """
+    from ..models import resolve_chat_model
 
     if spec == "local":
-        return LocalChatModel(max_new_tokens=max_new_tokens, temperature=temperature)
-    if Path(spec).is_dir() or (spec.lower().endswith(".gguf") and Path(spec).is_file()):
-        return LocalChatModel(model_path=spec, max_new_tokens=max_new_tokens, temperature=temperature)
-    return load_factory(spec)
+        return resolve_chat_model(None, max_new_tokens=max_new_tokens, temperature=temperature)
+    if ":" in spec and _factory(spec) is not None:
+        return load_factory(spec)
+    try:
+        return resolve_chat_model(spec, max_new_tokens=max_new_tokens, temperature=temperature)
+    except (ValueError, ImportError) as exc:
+        raise typer.BadParameter(f"{exc} (or module:callable returning a chat model)", param_hint="--model") from exc
+
+
+def _factory(spec: str) -> Any:
+    """The callable ``module:attr`` names, or ``None`` when it names none (then it may be a provider)."""
+    module_name, _, attr = spec.partition(":")
+    if not all(part.isidentifier() for part in module_name.split(".")):
+        return None
+    try:
+        found = getattr(importlib.import_module(module_name), attr, None)
+    except ImportError:
+        return None
+    return found if callable(found) else None
 
 
 def resolve_tools(spec: str, *, exclude_ids: Optional[list[str]] = None) -> list[Any]:
@@ -147,7 +172,8 @@ def register(app: typer.Typer) -> None:
         fields: Optional[str] = typer.Option(None, help='JSONL field mapping as JSON, e.g. {"question": "q"}'),
         task: Optional[str] = typer.Option(None, help="JSONL: force mcq, yesno or open"),
         answer_index_base: Optional[int] = typer.Option(None, help="JSONL: integer answers are 0- or 1-based"),
-        model: str = typer.Option("local", help="local, a transformers folder, or module:callable"),
+        model: str = typer.Option("local", help="local, a transformers folder, a .gguf file, a provider:model "
+                                  "name (LangChain init_chat_model), or module:callable"),
         tools: str = typer.Option("none", help="none, default, docs, web (comma-separated) or module:callable"),
         exclude_eval_docs: bool = typer.Option(False, help="docs tool: drop the evaluated questions' own abstracts"),
         scorer: str = typer.Option("local", help="local or module:callable (state monitor)"),

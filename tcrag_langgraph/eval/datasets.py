@@ -36,8 +36,12 @@ import random
 import re
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
+from functools import lru_cache
 from typing import Any, Iterable, Literal, Mapping, Optional, Sequence
 
+from pydantic import BaseModel, Field, create_model
+
+from ..answer_format import AnswerFormat
 from .metrics import parse_gold_letters
 
 __all__ = [
@@ -51,6 +55,9 @@ __all__ = [
     "load_dataset",
     "sample_records",
     "format_question",
+    "is_multi_answer",
+    "answer_format_for",
+    "structured_letters",
     "DATA_DIR_ENV",
 ]
 
@@ -128,7 +135,7 @@ def format_question(record: QARecord, *, include_context: bool = True, language:
     if record.task == "mcq":
         parts.append("选项：" if zh else "Options:")
         parts.extend(f"{k}. {v}" for k, v in record.options.items())
-        multi = len(record.answers) > 1 or record.metadata.get("multi_answer") is True
+        multi = is_multi_answer(record)
         if zh:
             parts.append("请给出所有正确选项的字母。" if multi else "请给出正确选项的字母。")
         else:
@@ -138,6 +145,52 @@ def format_question(record: QARecord, *, include_context: bool = True, language:
     elif record.task == "yesno":
         parts.append("请回答：是(yes)、否(no)或可能(maybe)。" if zh else "Answer with yes, no or maybe.")
     return "\n".join(parts)
+
+
+def is_multi_answer(record: QARecord) -> bool:
+    """Whether a multiple-choice question asks for all correct options (the question text says so)."""
+    return record.task == "mcq" and (len(record.answers) > 1 or record.metadata.get("multi_answer") is True)
+
+
+@lru_cache(maxsize=None)
+def _options_model(letters: str) -> type[BaseModel]:
+    allowed = Literal[tuple(letters)]  # type: ignore[valid-type]
+    return create_model("ChosenOptions", __doc__="The letters of all correct options.",
+                        letters=(list[allowed], Field(min_length=1)))  # type: ignore[valid-type]
+
+
+def answer_format_for(record: QARecord) -> Optional[AnswerFormat]:
+    """The answer format every method is run with for ``record`` (``TCRAGConfig.answer_format``).
+
+    yes/no questions: ``("yes", "no", "maybe")``; single-answer multiple choice: the option letters;
+    multi-answer multiple choice (:func:`is_multi_answer`, which the question text also states): a
+    Pydantic model ``{"letters": [...]}`` with one or more of the option letters, since a set of
+    choices can name only one; open questions: ``None`` (free text).
+
+    Example:
+        >>> answer_format_for(QARecord("1", "q", "mcq", ("B",), options={"A": "x", "B": "y"}))
+        ('A', 'B')
+        >>> fmt = answer_format_for(QARecord("2", "q", "mcq", ("A", "B"), options={"A": "x", "B": "y", "C": "z"}))
+        >>> sorted(structured_letters(fmt.model_validate({"letters": ["B", "A"]})))
+        ['A', 'B']
+    """
+    if record.task == "yesno":
+        return _YNM
+    if record.task == "mcq":
+        return _options_model(record.letters) if is_multi_answer(record) else tuple(record.options)
+    return None
+
+
+def structured_letters(value: Any) -> Optional[frozenset[str]]:
+    """Option letters of a structured MCQ answer: a choice (``"B"``), a :func:`answer_format_for`
+    model instance, or its JSON form (``{"letters": [...]}``); ``None`` for anything else."""
+    if isinstance(value, BaseModel):
+        value = value.model_dump()
+    if isinstance(value, str) and value.strip():
+        return frozenset({value.strip()})
+    if isinstance(value, Mapping) and isinstance(value.get("letters"), list) and value["letters"]:
+        return frozenset(str(v) for v in value["letters"])
+    return None
 
 
 # --------------------------------------------------------------------------------------------

@@ -41,16 +41,18 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Optional, Sequence
 
 from langchain_core.language_models import BaseChatModel
-from langchain_core.messages import BaseMessage, HumanMessage, SystemMessage
+from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage
 from langchain_core.runnables import RunnableConfig
 from langchain_core.tools import BaseTool
 from langgraph.graph import END, START, StateGraph
+from langgraph.runtime import Runtime
 from typing_extensions import TypedDict
 
-from ..config import TCRAGConfig
+from .. import answer_format
+from ..config import TCRAGConfig, resolve_config
 from ..graph import build_graph
-from ..tools.layer import is_tool_error
-from ..tools.tokens import trim_to_tokens
+from ..prompting import message_text
+from ..tools.layer import invoke_tool, is_tool_error
 
 __all__ = ["MethodSpec", "METHODS", "METHOD_NAMES", "build_method", "build_methods", "tcrag_config_for"]
 
@@ -151,6 +153,8 @@ class DirectState(TypedDict, total=False):
     question: str
     knowledge: list[dict[str, Any]]
     answer: Optional[str]
+    structured_answer: Any
+    format_retries: int
     raw_output: str
     answer_validated: bool
     halt_reason: Optional[str]
@@ -171,39 +175,40 @@ def _final_answer(text: str) -> str:
     return tail or text.strip()
 
 
-def _content(message: BaseMessage) -> str:
-    content = message.content
-    if isinstance(content, list):
-        return "".join(p.get("text", "") if isinstance(p, dict) else str(p) for p in content)
-    return str(content)
-
-
 def _invoke_model(model: BaseChatModel, messages: list[BaseMessage], cfg: TCRAGConfig, config: RunnableConfig) -> str:
     from ..models import LocalChatModel
 
     kwargs: dict[str, Any] = {}
     if isinstance(model, LocalChatModel):  # same generation settings as the stack machine
         kwargs.update(max_new_tokens=cfg.max_new_tokens, temperature=cfg.temperature)
-    return _content(model.invoke(messages, config=config, **kwargs))
+    return message_text(model.invoke(messages, config=config, **kwargs).content)
 
 
-def _direct_graph(name: str, model: BaseChatModel, tools: Sequence[BaseTool], cfg: TCRAGConfig):
-    def retrieve(state: DirectState, config: RunnableConfig) -> dict[str, Any]:
+def _direct_graph(name: str, model: BaseChatModel, tools: Sequence[BaseTool], base_cfg: TCRAGConfig):
+    """Base / CoT / SR-RAG. Per-run options come as in :func:`~tcrag_langgraph.build_graph`
+    (``context=`` or ``configurable``); ``answer_format`` is enforced like the stack machine's
+    Conclusion: a reply that does not fit is re-prompted with what is allowed, up to
+    ``max_format_retries`` times."""
+
+    def run_config(config: RunnableConfig, runtime: Runtime) -> TCRAGConfig:
+        return resolve_config(base_cfg, configurable=(config or {}).get("configurable"),
+                              context=getattr(runtime, "context", None))
+
+    def retrieve(state: DirectState, config: RunnableConfig, runtime: Runtime) -> dict[str, Any]:
+        cfg = run_config(config, runtime)
         knowledge = []
-        for tool in tools:
-            try:
-                result = tool.invoke(state["question"], config=config)
-            except Exception as exc:  # a raising tool contributes no evidence
-                knowledge.append({"tool": tool.name, "error": f"{type(exc).__name__}: {exc}"})
-                continue
-            if is_tool_error(result):
-                knowledge.append({"tool": tool.name, "error": str(result)})
-                continue
-            text = result if isinstance(result, str) else str(getattr(result, "content", result))
-            knowledge.append({"tool": tool.name, "text": trim_to_tokens(text, cfg.max_observation_tokens)})
+        for tool in tools:  # one call per tool with the question, through the one tool pipeline
+            outcome = invoke_tool(tool, state["question"], config=config, timeout_s=cfg.tool_timeout_s,
+                                  max_output_tokens=cfg.max_observation_tokens)
+            if is_tool_error(outcome):  # a failing tool contributes no evidence
+                knowledge.append({"tool": tool.name, "error": str(outcome)})
+            else:
+                knowledge.append({"tool": tool.name, "text": outcome})
         return {"knowledge": knowledge, "tool_calls": len(tools)}
 
-    def answer(state: DirectState, config: RunnableConfig) -> dict[str, Any]:
+    def answer(state: DirectState, config: RunnableConfig, runtime: Runtime) -> dict[str, Any]:
+        cfg = run_config(config, runtime)
+        fmt = cfg.answer_format
         question = state["question"]
         if name == "sr-rag":
             usable = [k for k in state.get("knowledge", []) if "text" in k]
@@ -211,17 +216,34 @@ def _direct_graph(name: str, model: BaseChatModel, tools: Sequence[BaseTool], cf
             prompt = f"Retrieved knowledge:\n{body}\n\nQuestion:\n{question}"
         else:
             prompt = question
-        messages: list[BaseMessage] = [SystemMessage(content=_SYSTEM[name]), HumanMessage(content=prompt)]
-        base = {"llm_calls": 1, "steps": 1, "trace": [], "answer_validated": False, "state_value": None,
+        rule = answer_format.instructions(fmt)
+        system = _SYSTEM[name] + (f" Your final answer is your Conclusion. {rule}" if rule else "")
+        messages: list[BaseMessage] = [SystemMessage(content=system), HumanMessage(content=prompt)]
+        base = {"steps": 1, "trace": [], "answer_validated": False, "state_value": None,
                 "tool_calls": state.get("tool_calls", 0)}
-        try:
-            text = _invoke_model(model, messages, cfg, config)
-        except Exception as exc:
-            return {**base, "answer": None, "raw_output": "", "halt_reason": "model_error", "error": f"{type(exc).__name__}: {exc}"}
-        final = _final_answer(text) if name == "cot" else text.strip()
-        return {**base, "answer": final or None, "raw_output": text, "halt_reason": "answered", "error": None}
+        calls = 0
+        retries = 0
+        while True:
+            calls += 1
+            try:
+                text = _invoke_model(model, messages, cfg, config)
+            except Exception as exc:
+                return {**base, "llm_calls": calls, "format_retries": retries, "answer": None, "raw_output": "",
+                        "structured_answer": None, "halt_reason": "model_error",
+                        "error": f"{type(exc).__name__}: {exc}"}
+            final = (_final_answer(text) if name == "cot" else text.strip()) or None
+            structured, problem = answer_format.check(fmt, final or "")
+            if fmt is None or problem is None or retries >= cfg.max_format_retries:
+                break
+            retries += 1  # the model is told what is allowed and asked again
+            messages += [AIMessage(content=text or "(empty)"),
+                         HumanMessage(content=f"Your answer could not be used: {problem}. {rule}")]
+        return {**base, "llm_calls": calls, "format_retries": retries, "answer": final, "raw_output": text,
+                "structured_answer": structured if fmt is not None and problem is None else None,
+                "halt_reason": "answered" if problem is None else "format_error",
+                "error": None if problem is None else f"no answer in the asked format after {retries} re-prompts: {problem}"}
 
-    builder = StateGraph(DirectState)
+    builder = StateGraph(DirectState, context_schema=TCRAGConfig)
     builder.add_node("Answer", answer)
     if name == "sr-rag":
         builder.add_node("Retrieve", retrieve)

@@ -33,7 +33,7 @@ import zlib
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping, Optional, Sequence
 
-from .datasets import QARecord, format_question
+from .datasets import QARecord, answer_format_for, format_question, structured_letters
 from .efficiency import COST_FIELDS, UsageMeter, mean_costs, question_cost
 from .metrics import bleu, extract_choice_letters, extract_yes_no_maybe, rouge_l_recall, squad_exact_match, token_f1
 
@@ -45,6 +45,7 @@ __all__ = [
     "write_summary",
     "plot_accuracy_vs_cost",
     "read_results",
+    "repeated_executed_calls",
     "RESULTS_FILE",
     "SETTINGS_FILE",
     "SettingsMismatch",
@@ -63,9 +64,13 @@ class SettingsMismatch(RuntimeError):
 # --------------------------------------------------------------------------------------------
 
 
-def score_answer(record: QARecord, answer: Optional[str]) -> dict[str, Any]:
+def score_answer(record: QARecord, answer: Optional[str], structured: Any = None) -> dict[str, Any]:
     """Scores of one answer: ``parsed`` and ``correct`` for mcq / yesno (unparseable = wrong),
     EM / F1 / BLEU-1 / BLEU-4 / ROUGE-L recall for open questions.
+
+    ``structured`` is the run's ``structured_answer`` (the answer in the asked
+    :func:`~tcrag_langgraph.eval.datasets.answer_format_for`, JSON form accepted): when a method
+    gives one it is what is scored; the answer text is parsed only when it gives none.
 
     Example:
         >>> r = QARecord("1", "q", "mcq", ("A", "C"), options={"A": "x", "B": "y", "C": "z"})
@@ -73,13 +78,20 @@ def score_answer(record: QARecord, answer: Optional[str]) -> dict[str, Any]:
         {'parsed': 'AC', 'correct': True}
         >>> score_answer(r, None)
         {'parsed': None, 'correct': False}
+        >>> score_answer(r, "no letter here", structured={"letters": ["C", "A"]})
+        {'parsed': 'AC', 'correct': True}
     """
     if record.task == "mcq":
-        found = extract_choice_letters(answer, letters=record.letters, options=record.options)
+        found = structured_letters(structured) if structured is not None else None
+        if found is not None and not found <= set(record.letters):
+            found = None  # not an answer to this question: parse the text instead
+        if found is None:
+            found = extract_choice_letters(answer, letters=record.letters, options=record.options)
         parsed = "".join(sorted(found)) if found else None
         return {"parsed": parsed, "correct": found is not None and found == frozenset(record.answers)}
     if record.task == "yesno":
-        label = extract_yes_no_maybe(answer)
+        label = structured.casefold() if isinstance(structured, str) and structured.casefold() in ("yes", "no", "maybe") else None
+        label = label or extract_yes_no_maybe(answer)
         return {"parsed": label, "correct": label is not None and label == record.answers[0]}
     refs = list(record.answers)
     return {
@@ -173,6 +185,43 @@ def _final_value(output: Mapping[str, Any]) -> Optional[float]:
     return None
 
 
+def _json_ready(value: Any) -> Any:
+    """A structured answer as stored in ``results.jsonl`` (a Pydantic model as its JSON object)."""
+    dump = getattr(value, "model_dump", None)
+    return dump(mode="json") if callable(dump) else value
+
+
+def repeated_executed_calls(trace: Optional[Iterable[Any]]) -> int:
+    """Tool calls that were *run* although an identical call (same tool, normalised input) was run
+    before in the same question, read from the trace's Tool_Use events (calls refused as repeated
+    are not run and not counted here: the graph counts them in ``repeated_tool_calls``).
+
+    Identity is the graph's own rule (:func:`tcrag_langgraph.transitions.repeated_call`), applied
+    to every earlier call, including ones a Backtrack or Summary has since taken off the stack.
+    """
+    from ..state import Action, Frame, ToolCallRecord
+    from ..transitions import repeated_call
+
+    earlier: list[Frame] = []
+    repeats = 0
+    for event in trace or []:
+        action = event.get("action") if isinstance(event, Mapping) else getattr(event, "action", None)
+        detail = event.get("detail") if isinstance(event, Mapping) else getattr(event, "detail", None)
+        if action != "Tool_Use" or not detail:
+            continue
+        try:
+            info = json.loads(detail)
+        except (TypeError, ValueError):
+            continue
+        if not isinstance(info, Mapping) or "tool" not in info or info.get("error") == "repeated_call":
+            continue
+        tool, tool_input = str(info["tool"]), info.get("input")
+        if repeated_call(earlier, tool, tool_input) is not None:
+            repeats += 1
+        earlier.append(Frame(action=Action.TOOL_USE, tool_call=ToolCallRecord(tool=tool, tool_input=tool_input)))
+    return repeats
+
+
 def _run_one(
     method: str,
     graph: Any,
@@ -189,27 +238,35 @@ def _run_one(
         poison.begin(record)
     _seed_everything(seed, method, record.id)
     error = None
+    fmt = answer_format_for(record)
     start = time.perf_counter()
     try:
-        output = graph.invoke({"question": question}, config={"callbacks": [meter], "recursion_limit": 10_000})
+        # Every method gets the same answer format per question (the stack machine and the direct
+        # methods read it from the run context; a method that does not know it ignores it).
+        output = graph.invoke({"question": question}, config={"callbacks": [meter], "recursion_limit": 10_000},
+                              context={"answer_format": fmt} if fmt is not None else None)
     except Exception as exc:  # one broken question must not end the whole evaluation
         output = {"answer": None, "halt_reason": "exception"}
         error = f"{type(exc).__name__}: {exc}"
     wall = time.perf_counter() - start
     cost = question_cost(output, meter, wall_time_s=wall)
     answer = output.get("answer")
+    structured = _json_ready(output.get("structured_answer"))
     row: dict[str, Any] = {
         "method": method,
         "id": record.id,
         "task": record.task,
         "gold": list(record.answers),
         "answer": answer,
-        **score_answer(record, answer),
+        "structured_answer": structured,
+        **score_answer(record, answer, structured),
         "validated": bool(output.get("answer_validated", False)),
         "halt_reason": output.get("halt_reason"),
         "state_value": _final_value(output),
         "error": error or output.get("error"),
         "seed": seed,
+        "repeated_executed_calls": repeated_executed_calls(output.get("trace")),
+        "repeated_refused_calls": int(output.get("repeated_tool_calls") or 0),
         **cost.to_dict(),
     }
     if poison is not None:
@@ -250,7 +307,7 @@ def run_evaluation(
             # Scores are derived from the stored answer: recompute them so that a resumed run is
             # scored by the current metric code, like the rows it adds.
             if row.get("id") in by_id:
-                row.update(score_answer(by_id[row["id"]], row.get("answer")))
+                row.update(score_answer(by_id[row["id"]], row.get("answer"), row.get("structured_answer")))
             done[(row["method"], row["id"])] = row
     todo = [(r, m) for r in records for m in methods if (m, r.id) not in done]
 
@@ -338,6 +395,13 @@ def summarize(rows: Sequence[Mapping[str, Any]], *, labels: Optional[Mapping[str
             "coverage": _mean(float(_answered(r)) for r in mine),
             "accuracy_answered": _mean(float(bool(r.get("correct"))) for r in closed if _answered(r)),
             "validated_rate": _mean(float(bool(r.get("validated"))) for r in mine),
+            # Issue 11: is the monitor's "validated" worth anything? Accuracy on each side of it.
+            "validated": sum(bool(r.get("validated")) for r in mine),
+            "accuracy_validated": _mean(float(bool(r.get("correct"))) for r in closed if r.get("validated")),
+            "accuracy_unvalidated": _mean(float(bool(r.get("correct"))) for r in closed if not r.get("validated")),
+            # Identical tool calls run again (from the trace) and refused by the graph (not run).
+            "repeated_executed_calls": sum(int(r.get("repeated_executed_calls") or 0) for r in mine),
+            "repeated_refused_calls": sum(int(r.get("repeated_refused_calls") or 0) for r in mine),
             "errors": sum(1 for r in mine if r.get("halt_reason") in ("exception", "model_error", "scorer_error")),
             "backtrack_rate": _mean(float((r.get("backtracks") or 0) > 0) for r in mine),
             "summary_rate": _mean(float((r.get("summaries") or 0) > 0) for r in mine),
@@ -387,9 +451,18 @@ def _columns(summary: Sequence[Mapping[str, Any]]) -> list[tuple[str, Callable[[
             ("ROUGE-L-R (%)", lambda s: _pct(s["rouge_l_recall"])),
         ]
     cols += [
-        ("Validated (%)", lambda s: _pct(s["validated_rate"])),
+        ("Validated", lambda s: f"{s.get('validated', 0)}/{s['n']}"),
+    ]
+    if any(s["n_closed"] for s in summary):
+        cols += [
+            ("EM validated (%)", lambda s: _pct(s.get("accuracy_validated"))),
+            ("EM unvalidated (%)", lambda s: _pct(s.get("accuracy_unvalidated"))),
+        ]
+    cols += [
         ("Avg. Interactions", lambda s: _num(s["avg_llm_calls"])),
         ("Avg. Retrievals", lambda s: _num(s["avg_retrievals"])),
+        ("Repeated Calls Run", lambda s: str(s.get("repeated_executed_calls", 0))),
+        ("Repeated Calls Refused", lambda s: str(s.get("repeated_refused_calls", 0))),
         ("Avg. Time (s)", lambda s: _num(s["avg_wall_time_s"])),
         ("Avg. Completion Tokens", lambda s: _num(s["avg_completion_tokens"])),
         ("Avg. Total Tokens", lambda s: _num(s["avg_total_tokens"])),

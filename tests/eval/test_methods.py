@@ -18,7 +18,8 @@ def system_text(m) -> str:
 
 
 def test_method_table_matches_the_paper_rows():
-    assert METHOD_NAMES == (
+    # The paper's rows come first; the other papers' methods (kag-thinker, ...) follow them.
+    assert METHOD_NAMES[:9] == (
         "base", "cot", "sr-rag", "react", "tcrag-cppl", "tcrag-uct", "wo-backtrack", "wo-summary", "wo-monitor",
     )
     assert {METHODS[n].label for n in METHOD_NAMES} >= {"ReAct", "TC-RAG-cppl", "w/o State Monitor"}

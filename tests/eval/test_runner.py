@@ -7,6 +7,7 @@ import json
 
 import pytest
 
+from tcrag_langgraph import TCRAGConfig
 from tcrag_langgraph.eval.datasets import QARecord
 from tcrag_langgraph.eval.methods import build_methods
 from tcrag_langgraph.eval.runner import (
@@ -38,11 +39,13 @@ def test_score_answer_per_task():
 
 
 def _methods(answers):
-    return build_methods(["base"], model=model(*answers))
+    # No re-prompt for an answer out of format, so that an unparseable reply stays unparseable here
+    # (re-prompting is tested in test_answer_format.py).
+    return build_methods(["base"], model=model(*answers), config=TCRAGConfig(max_format_retries=0))
 
 
 def test_rows_summary_and_unparseable_in_denominator(tmp_path):
-    rows = run_evaluation(RECS, _methods(["Yes.", "no idea", "B"]), progress=False)
+    rows = run_evaluation(RECS, _methods(["Yes.", "It depends.", "B"]), progress=False)
     assert [r["correct"] for r in rows] == [True, False, True]
     s = summarize(rows)[0]
     assert (s["n"], s["correct"], s["unparseable"]) == (3, 2, 1)
@@ -131,6 +134,8 @@ def test_stack_machine_rows_carry_state_values_and_costs():
     row = run_evaluation(RECS[:1], react, progress=False)[0]
     assert row["correct"] and row["state_value"] is None  # monitor off: nothing measured (not the initial 1e9)
     assert tc["validated"] and tc["state_value"] == 2.0 and tc["retrievals"] == 1 and tc["llm_calls"] == 2
-    assert sr["state_value"] is None and sr["retrievals"] == 1 and sr["llm_calls"] == 1
+    # The shared script gives SR-RAG "Tool_Use: ..." first: not yes/no/maybe, so it is re-prompted once.
+    assert sr["state_value"] is None and sr["retrievals"] == 1 and sr["llm_calls"] == 2
+    assert sr["structured_answer"] == "yes" and tc["structured_answer"] == "yes"
     md = summary_markdown(summarize(rows))
     assert "Avg. Retrievals" in md and "Backtrack Prob. (%)" in md
