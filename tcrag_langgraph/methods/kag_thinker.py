@@ -54,6 +54,7 @@ from langgraph.types import Command
 from pydantic import BaseModel, ConfigDict, Field
 from typing_extensions import Annotated, TypedDict
 
+from .. import answer_format
 from ..auth import caller_for_run
 from ..config import CALLER_KEY, TCRAGConfig, resolve_config
 from ..events import emit
@@ -787,6 +788,13 @@ Target: {target}
 Original question: {question}
 Think briefly, then wrap the result in <answer>...</answer>."""
 
+OUTPUT_PROMPT = """Question: {question}
+Answers found for its sub-questions:
+{facts}
+Answer so far: {answer}
+{rule}
+Write the final answer in <answer>...</answer>."""
+
 MATH_PROMPT = """Write one arithmetic expression (numbers, + - * / ** and parentheses only) that computes the target.
 Known facts:
 {content}
@@ -815,6 +823,7 @@ class KAGThinkerState(TypedDict, total=False):
     token_usage: dict[str, int]
     trace: list[TraceEvent]
     answer: Optional[str]
+    structured_answer: Any  # the answer in TCRAGConfig.answer_format, when one was asked for
     answer_validated: bool
     halt_reason: Optional[str]
     error: Optional[str]
@@ -990,6 +999,7 @@ class _Solver:
         cfg, _ = self.settings(config, runtime)
         base = {"forms": [], "cursor": 0, "solutions": [], "depth": None, "steps": 0, "llm_calls": 0,
                 "tool_calls": 0, "token_usage": {"prompt": 0, "completion": 0}, "trace": [], "answer": None,
+                "structured_answer": None,
                 "answer_validated": False, "halt_reason": None, "error": None}
         question, problem = _extract_question(state, cfg)
         if problem is not None:
@@ -1180,19 +1190,50 @@ class _Solver:
                                  instructions="End with <answer>your conclusion</answer>.")
         return self.solved(state, work, config, form, answer=answer, source="deduce", detail={"op": form.op})
 
-    def output(self, state: KAGThinkerState, config: RunnableConfig) -> Command[Literal["__end__"]]:
+    def output(self, state: KAGThinkerState, config: RunnableConfig, runtime: Runtime) -> Command[Literal["__end__"]]:
+        """The referenced answers are the final answer; with an ``answer_format`` the executor puts
+        them in that form (the model is asked only when they do not already fit)."""
+        cfg, _ = self.settings(config, runtime)
         form = LogicalForm.model_validate(state["forms"][state["cursor"]])
         answers = self.answers(state)
         parts = [answers.get(item.step, "") for item in form.content if item.step is not None]
         answer = "; ".join(p for p in parts if p) or None
-        used = set(form.references)
         unresolved = [s["index"] for s in state.get("solutions") or [] if not s["resolved"]]
-        work = {"steps": state.get("steps", 0) + 1}
+        work: dict[str, Any] = {"steps": state.get("steps", 0) + 1, "trace": state.get("trace"),
+                                "llm_calls": state.get("llm_calls", 0), "token_usage": state.get("token_usage")}
+        fmt = cfg.answer_format
+        structured, reason, error = None, "answered", None
+        if answer is None:
+            reason, error = "no_answer", "the Output step's references have no answer"
+        elif fmt is not None:
+            structured, problem = answer_format.check(fmt, answer)
+            if problem is not None:
+                try:
+                    answer, structured = self.formatted(work, state, form, answers, answer, fmt, cfg, config)
+                except _Fault as fault:
+                    reason, error = fault.reason, str(fault)
         work["trace"] = self.event({**state, **work}, config, action="Output", content=answer or "",
-                                   detail={"step": form.index, "outputs": sorted(used), "unresolved": unresolved})
-        return self.halt(state, config, reason="answered" if answer else "no_answer", answer=answer,
-                         validated=bool(answer) and not unresolved, extra=work,
-                         error=None if answer else "the Output step's references have no answer")
+                                   detail={"step": form.index, "outputs": form.references, "unresolved": unresolved})
+        work["structured_answer"] = structured
+        return self.halt(state, config, reason=reason, answer=answer, extra=work, error=error,
+                         validated=reason == "answered" and not unresolved)
+
+    def formatted(self, work: dict[str, Any], state: Mapping[str, Any], form: LogicalForm, answers: Mapping[int, str],
+                  answer: str, fmt: Any, cfg: TCRAGConfig, config: RunnableConfig) -> tuple[str, Any]:
+        """``(answer, structured answer)`` in the asked format, re-prompted at most ``max_format_retries`` times."""
+        rule = answer_format.instructions(fmt).replace("Your Conclusion", "The final answer")
+
+        def parse(text: str) -> tuple[str, Any]:
+            body = re.sub(r"<think>.*?</think>", " ", _normalise(text), flags=re.DOTALL | re.IGNORECASE)
+            final = _tagged(body, "answer") or body.strip()
+            structured, problem = answer_format.check(fmt, final)
+            if problem is not None:
+                raise LogicalFormParseError(problem)
+            return final, structured
+
+        prompt = OUTPUT_PROMPT.format(question=state["question"], facts=self.known_facts(form, answers), answer=answer,
+                                      rule=rule)
+        return self.ask_parsed(work, [HumanMessage(content=prompt)], parse, cfg, config, what="Output", instructions=rule)
 
 
 def build_kag_thinker_graph(

@@ -488,3 +488,28 @@ def test_per_run_overrides_are_checked():
         graph.invoke({"question": "q?"}, context=["max_depth_turns", 1])
     with pytest.raises(ValueError, match="retrieval_tools"):
         graph.invoke({"question": "q?"}, context={"retrieval_tools": ["WEB"]})
+
+
+def test_output_puts_the_answer_in_the_asked_format():
+    plan = ("Step1: Who wrote The Pequod?\nAction1: Retrieval(s=s1:book['The Pequod'], p=p1:author, o=o1:person)\n"
+            "Step2: Output #1\nAction2: Output(#1)")
+    tool = recording_tool("DOC", "The Pequod is the ship in Melville's Moby-Dick.", [])
+    options = {"knowledge_boundary": False}
+    # Already in the form: no model call.
+    model = recording_model([plan, "<answer>Yes, Melville</answer>"])
+    out = build_kag_thinker_graph(model=model, tools=[tool], options=options).invoke(
+        {"question": "Did Melville write it?"}, context={"answer_format": ["yes", "no"]})
+    assert (out["structured_answer"], out["llm_calls"], out["halt_reason"]) == ("yes", 2, "answered")
+    # Not in the form: the Output executor asks, re-prompts once, then it fits.
+    model = recording_model([plan, "<answer>Herman Melville</answer>", "<answer>B or A</answer>", "<answer>(B)</answer>"])
+    out = build_kag_thinker_graph(model=model, tools=[tool], options=options).invoke(
+        {"question": "Who wrote it? A. Hawthorne B. Melville"}, context={"answer_format": ["A", "B"]})
+    assert (out["answer"], out["structured_answer"], out["llm_calls"]) == ("(B)", "B", 4)
+    assert "- #1: Herman Melville" in model.seen[2][-1].content and "exactly one of: A, B" in model.seen[2][-1].content
+    assert out["messages"][-1].response_metadata["structured_answer"] == "B"
+    # Never in the form: bounded, format_error, the unformatted answer kept, not validated.
+    model = recording_model([plan, "<answer>Herman Melville</answer>", "<answer>Melville</answer>"])
+    out = build_kag_thinker_graph(model=model, tools=[tool], config={"max_format_retries": 1}, options=options).invoke(
+        {"question": "Who wrote it? A. Hawthorne B. Melville"}, context={"answer_format": ["A", "B"]})
+    assert out["halt_reason"] == "format_error" and out["answer"] == "Herman Melville"
+    assert out["structured_answer"] is None and out["answer_validated"] is False and out["llm_calls"] == 4
