@@ -18,8 +18,10 @@ name               what it is
 ReAct and the ablations are not copies: they are :func:`tcrag_langgraph.build_graph` with
 switches of :class:`~tcrag_langgraph.TCRAGConfig`. Base, CoT and SR-RAG are small LangGraph graphs
 that reuse the same model, tools and generation settings. Every method is invoked with
-``{"question": ...}`` and returns at least ``answer``, ``answer_validated``, ``halt_reason``,
-``llm_calls``, ``tool_calls``, ``steps`` and ``trace``.
+``{"question": ...}`` and returns at least ``answer``, ``structured_answer``, ``answer_validated``,
+``halt_reason``, ``llm_calls``, ``tool_calls``, ``steps`` and ``trace``. Per-run options (above all
+``answer_format``) come as the run context, ``invoke(..., context={"answer_format": [...]})``, for
+the direct methods as for the stack machine; the direct methods re-prompt a reply out of format.
 
 The ablations and ReAct use the base configuration's metric (``cppl`` unless ``config`` says
 otherwise); ``sigmas`` sets sigma per metric (the paper's 10 / 20 are for Qwen-32B; calibrate
