@@ -105,3 +105,24 @@ def test_calibrate_warns_when_values_carry_no_signal(app, data, tmp_path):
     result = CliRunner().invoke(app, args)
     assert result.exit_code == 0, result.output
     assert "AUROC (lower value = correct): 0.000" in result.output and "warning: the state value" in result.output
+
+
+def test_eval_model_names_go_through_resolve_chat_model(app, data, tmp_path, monkeypatch):
+    from tcrag_langgraph.eval.cli import resolve_model
+    from tcrag_langgraph.models import LocalChatModel
+
+    # A .gguf path and a folder become LocalChatModel with the run's settings (nothing is loaded yet).
+    gguf = tmp_path / "tiny.gguf"
+    gguf.write_bytes(b"GGUF")
+    m = resolve_model(str(gguf), max_new_tokens=77, temperature=0.0)
+    assert isinstance(m, LocalChatModel) and m.max_new_tokens == 77 and m.temperature == 0.0
+    # A module:callable factory is still a factory; an unknown provider name is a clear usage error.
+    assert type(resolve_model(f"{H}:always_yes_model", max_new_tokens=1, temperature=0.0)).__name__ == "RecordingChatModel"
+    r = CliRunner().invoke(app, ["eval", "--dataset", str(data), "--method", "base", "--model", "nosuch-provider:x",
+                                 "--out", str(tmp_path / "o"), "--no-progress"], env={"COLUMNS": "300"})
+    assert r.exit_code != 0 and "nosuch-provider:x" in r.output and "module:callable" in r.output
+    # A provider name is LangChain's init_chat_model with the run's settings (ChatOpenAI is built
+    # without any network call; a served vLLM is the same with base_url).
+    monkeypatch.setenv("OPENAI_API_KEY", "test-key-not-used")
+    served = resolve_model("openai:served-model", max_new_tokens=33, temperature=0.0)
+    assert type(served).__name__ == "ChatOpenAI" and served.model_name == "served-model" and served.max_tokens == 33
