@@ -1,13 +1,21 @@
 """The ``tcrag`` command: ``ask`` here; ``index``, ``build-kg``, ``eval``, ``serve`` ... are registered
 by the modules that own them (each exposes ``register(app)``).
+
+``tcrag ask``'s run options are generated from :class:`~tcrag_langgraph.config.TCRAGConfig`'s fields
+(name, type, default, description), so a new option needs no second declaration here. Only the
+options given on the command line go into the run's config: every other value is TCRAGConfig's.
 """
 
 from __future__ import annotations
 
 import importlib
+import inspect
 import json
 import sys
-from typing import Any, Optional
+import types
+import typing
+from dataclasses import dataclass
+from typing import Any, Callable, Literal, Optional
 
 import typer
 from rich.console import Console
@@ -29,11 +37,102 @@ _COMMAND_MODULES = (
     "tcrag_langgraph.serve",
 )
 
+#: TCRAGConfig fields that are no flag of ``tcrag ask``, and why.
+NOT_FLAGS: dict[str, str] = {
+    "caller": "an identity comes from trusted configuration, never from a command-line flag",
+    "require_review": "a run paused for review needs a resume step that this command does not have",
+}
+
+_CONFIG_PANEL = "Run options (TCRAGConfig)"
+_MODEL_PANEL = "Model, tools and output"
+
+
 @app.callback()
 def _group() -> None:
     """TC-RAG command line (a group, so `tcrag ask ...` works even with one command)."""
 
 
+# ----- flags generated from TCRAGConfig -----
+@dataclass(frozen=True)
+class ConfigFlag:
+    """One ``tcrag ask`` flag made from a TCRAGConfig field."""
+
+    field: str
+    parameter: inspect.Parameter
+    to_value: Callable[[Any], Any] = lambda raw: raw
+
+
+def _members(annotation: Any) -> list[Any]:
+    """The types a field accepts, Unions and ``Annotated`` unwrapped, without None and classes
+    (``type[...]``: a Pydantic model class cannot be written on a command line)."""
+    origin = typing.get_origin(annotation)
+    if origin is typing.Annotated:
+        return _members(typing.get_args(annotation)[0])
+    if origin in (typing.Union, types.UnionType):
+        return [m for arg in typing.get_args(annotation) for m in _members(arg)]
+    if annotation is type(None) or origin is type:
+        return []
+    return [annotation]
+
+
+def _comma_list(raw: Optional[str]) -> Optional[list[str]]:
+    return None if raw is None else [part.strip() for part in raw.split(",")]
+
+
+def _flag_for(name: str, field: Any) -> ConfigFlag:
+    """The flag for field ``name``: bool -> ``--x/--no-x`` (``enable_x`` -> ``--x``), Literal ->
+    choices, int/float -> numbers, a tuple of strings -> a comma-separated list, a number-or-word
+    union (sigma) -> text that TCRAGConfig parses."""
+    members = _members(field.annotation)
+    dashed = name.removeprefix("enable_").replace("_", "-")
+    decls: tuple[str, ...] = (f"--{dashed}",)
+    to_value: Callable[[Any], Any] = lambda raw: raw
+    metavar = None
+    default = field.get_default(call_default_factory=True)
+    shown: Any = default if default is not None else False
+    if members == [bool]:
+        annotation: Any = bool
+        decls = (f"--{dashed}/--no-{dashed}",)
+        shown = dashed if default else f"no-{dashed}"
+    elif members and all(typing.get_origin(m) is Literal for m in members):
+        annotation = Literal[tuple(v for m in members for v in typing.get_args(m))]  # type: ignore[misc]
+    elif members in ([int], [float], [str]):
+        annotation = members[0]
+    elif len(members) == 1 and typing.get_origin(members[0]) is tuple:
+        annotation, metavar, to_value = str, "A,B,...", _comma_list
+    elif members and all(m in (int, float) or typing.get_origin(m) is Literal for m in members):
+        words = [str(v) for m in members if typing.get_origin(m) is Literal for v in typing.get_args(m)]
+        annotation, metavar = str, "|".join(["NUMBER", *words])
+    else:
+        raise TypeError(f"TCRAGConfig.{name}: no command-line form for {field.annotation!r}; "
+                        f"add one to cli._flag_for or list the field in cli.NOT_FLAGS")
+    option = typer.Option(None, *decls, help=field.description or "", metavar=metavar,
+                          show_default=str(shown) if shown is not False else False,
+                          rich_help_panel=_CONFIG_PANEL)
+    parameter = inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=option,
+                                  annotation=Optional[annotation])
+    return ConfigFlag(name, parameter, to_value)
+
+
+def config_flags() -> list[ConfigFlag]:
+    """A flag for every TCRAGConfig field but those in :data:`NOT_FLAGS`."""
+    return [_flag_for(name, field) for name, field in TCRAGConfig.model_fields.items() if name not in NOT_FLAGS]
+
+
+def config_from_flags(values: dict[str, Any], base: Optional[TCRAGConfig] = None) -> TCRAGConfig:
+    """The run's config: ``base`` (TCRAGConfig's defaults) with the flags that were given applied.
+
+    A flag that was not given is None here, so only explicit choices override; ``model_fields_set``
+    of the result names exactly those. Bad values raise pydantic's ValidationError.
+    """
+    given = {flag.field: flag.to_value(values[flag.field]) for flag in config_flags()
+             if values.get(flag.field) is not None}
+    if base is None:
+        return TCRAGConfig(**given)
+    return base.merged(given)
+
+
+# ----- the live view -----
 _STYLE = {"push": "green", "pop": "yellow", "pop+push": "cyan", "reject": "magenta", "halt": "bold",
           "format_error": "red", "noop": "dim"}
 
@@ -64,6 +163,29 @@ def _render_event(console: Console, event: dict[str, Any]) -> None:
     )
 
 
+def _render_result(console: Console, result: Any) -> None:
+    """The end of the live view: answer, status, the sources it used, the structured answer."""
+    from rich.markup import escape
+
+    verdict = ("[green]validated[/] (state value below sigma)" if result.answer_validated
+               else f"[yellow]NOT validated[/] ({result.halt_reason})")
+    console.print()
+    console.print(f"[bold]Answer:[/] {escape(result.answer) if result.answer is not None else '(none)'}")
+    if result.structured_answer is not None:
+        structured = json.dumps(result.structured_answer, ensure_ascii=False, default=str)
+        console.print(f"[bold]Structured answer:[/] {escape(structured)}")
+    console.print(f"[bold]Status:[/] {verdict}")
+    if result.sources:
+        console.print("[bold]Sources:[/]")
+        for source in result.sources:
+            shown = json.dumps(source.tool_input, ensure_ascii=False, default=str)
+            console.print(f"  - step {source.step}: {source.tool} {escape(shown)}", highlight=False)
+    else:
+        console.print("[bold]Sources:[/] none (no tool result is on the final stack)")
+    if result.error:
+        console.print(f"[bold]Note:[/] {escape(result.error)}")
+
+
 def _quiet_library_progress() -> None:
     """transformers prints a progress bar per weight load; the live view has its own status line."""
     try:
@@ -81,62 +203,98 @@ def result_dict(state: dict[str, Any]) -> dict[str, Any]:
     return RunResult.from_state(state).to_json_dict()
 
 
-@app.command()
+# ----- tcrag ask -----
 def ask(
     question: str = typer.Argument(..., help="The question to answer."),
-    metric: str = typer.Option("cppl", help="State value: cppl (conditional perplexity) or uct (uncertainty)."),
-    sigma: Optional[float] = typer.Option(None, help="Halting threshold (default: 10 for cppl, 20 for uct)."),
-    max_steps: int = typer.Option(TCRAGConfig().max_steps, help="Actions before the run halts unvalidated."),
-    max_new_tokens: int = typer.Option(TCRAGConfig().max_new_tokens, help="Tokens per model reply."),
-    temperature: float = typer.Option(TCRAGConfig().temperature, help="Sampling temperature (0 = greedy)."),
-    seed: Optional[int] = typer.Option(0, help="Sampling seed for the local model (reproducible runs)."),
-    model_path: Optional[str] = typer.Option(None, help="A transformers model folder instead of the packaged SmolLM2."),
-    tools: bool = typer.Option(True, "--tools/--no-tools", help="Use the embedded default tools."),
-    backtrack: bool = typer.Option(True, "--backtrack/--no-backtrack", help="Ablation: offer Backtrack."),
-    summary: bool = typer.Option(True, "--summary/--no-summary", help="Ablation: offer Summary."),
-    state_monitor: bool = typer.Option(True, "--state-monitor/--no-state-monitor", help="Ablation: the state monitor."),
-    language: str = typer.Option("en", help="Prompt language: en or zh."),
-    as_json: bool = typer.Option(False, "--json", help="Print a machine-readable result instead of the live view."),
-    threads: Optional[int] = typer.Option(None, min=1, help="torch CPU threads (1 is often faster on a busy machine)."),
+    *,
+    model: Optional[str] = typer.Option(
+        None, help="A transformers folder, a .gguf file or a LangChain 'provider:model' name "
+        "(e.g. openai:NAME for a vLLM server); default: the packaged SmolLM2-135M-Instruct.",
+        rich_help_panel=_MODEL_PANEL),
+    device: Optional[str] = typer.Option(None, help="Local models only: torch device (cpu, cuda, cuda:N, mps).",
+                                         show_default="cpu", rich_help_panel=_MODEL_PANEL),
+    dtype: Optional[str] = typer.Option(None, help="Local models only: float32, bfloat16 or float16.",
+                                        show_default="float32", rich_help_panel=_MODEL_PANEL),
+    seed: Optional[int] = typer.Option(0, help="Local models only: sampling seed (reproducible runs).",
+                                       rich_help_panel=_MODEL_PANEL),
+    threads: Optional[int] = typer.Option(None, min=1, help="torch CPU threads (1 is often faster on a busy machine).",
+                                          rich_help_panel=_MODEL_PANEL),
+    tools: bool = typer.Option(True, "--tools/--no-tools", help="Use the embedded default tools.",
+                               rich_help_panel=_MODEL_PANEL),
+    as_json: bool = typer.Option(False, "--json", help="Print the run's result as JSON instead of the live view.",
+                                 rich_help_panel=_MODEL_PANEL),
+    scripted: Optional[str] = typer.Option(
+        None, help="TESTING/DEMO: replay a JSON script instead of a language model, scorer and tools "
+        "(see tcrag_langgraph.testing).", rich_help_panel=_MODEL_PANEL),
+    **config_values: Any,
 ) -> None:
     """Answer QUESTION with TC-RAG, showing each action, push/pop and state value live."""
     from pydantic import ValidationError
 
     from .graph import EVENT_NAME, build_graph, question_problem
-    from .models import LocalChatModel, LocalModelError
+    from .models import LocalChatModel, LocalModelError, resolve_chat_model
+    from .result import RunResult
+    from .scoring import MonitorUnavailableError
 
     err = Console(stderr=True)
+
+    def refuse(kind: str, message: str) -> typer.Exit:
+        err.print(f"[red]{kind}:[/] {message}", highlight=False)
+        return typer.Exit(2)
+
     _quiet_library_progress()
+    components: dict[str, Any] = {}
+    if scripted is not None:
+        if any(v is not None for v in (model, device, dtype)):
+            raise refuse("Invalid option", "--scripted replaces the model: do not combine it with --model/--device/--dtype")
+        from .testing import scripted_components
+
+        try:
+            components = scripted_components(scripted)
+        except (OSError, ValueError) as exc:
+            raise refuse("Invalid script", str(exc)) from None
     try:
-        cfg = TCRAGConfig(metric=metric, sigma=sigma, max_steps=max_steps, max_new_tokens=max_new_tokens,
-                          temperature=temperature, enable_backtrack=backtrack, enable_summary=summary,
-                          enable_state_monitor=state_monitor, language=language)
+        cfg = config_from_flags(config_values, base=components.get("config"))
     except ValidationError as exc:
-        err.print(f"[red]Invalid option:[/] {exc.errors()[0]['loc'][0]}: {exc.errors()[0]['msg']}")
-        raise typer.Exit(2)
+        first = exc.errors()[0]
+        where = ".".join(str(part) for part in first["loc"]) or "options"
+        raise refuse("Invalid option", f"{where}: {first['msg']}") from None
     _, problem = question_problem(question, cfg)
     if problem is not None:  # refuse before spending time on loading the model
-        err.print(f"[red]Invalid question:[/] {problem}")
-        raise typer.Exit(2)
+        raise refuse("Invalid question", problem)
     if threads is not None:
         import torch
 
         torch.set_num_threads(threads)
     out = Console()
+    if components:
+        chat, tool_list, scorer = components["model"], components["tools"], components["scorer"]
+    else:
+        try:
+            chat = resolve_chat_model(model, max_new_tokens=cfg.max_new_tokens, temperature=cfg.temperature,
+                                      device=device, dtype=dtype)
+        except ValueError as exc:
+            raise refuse("Invalid model", str(exc)) from None
+        if isinstance(chat, LocalChatModel):
+            chat.seed = seed
+        scorer = None
+        try:
+            with err.status("Loading the model and tools (the first run converts the packaged model, ~30 s)..."):
+                if isinstance(chat, LocalChatModel):
+                    chat.local_model  # load now, so the live view is not interrupted by loading
+                tool_list = _default_tools(tools)
+        except LocalModelError as exc:
+            err.print(f"[red]Model error:[/] {exc}", highlight=False)
+            raise typer.Exit(1) from None
     try:
-        with err.status("Loading the local model and tools (the first run converts the packaged model, ~30 s)..."):
-            model = LocalChatModel(model_path=model_path, max_new_tokens=cfg.max_new_tokens,
-                                   temperature=cfg.temperature, seed=seed)
-            model.local_model  # load now, so the live view is not interrupted by loading
-            tool_list = _default_tools(tools)
-    except LocalModelError as exc:
-        err.print(f"[red]Model error:[/] {exc}")
-        raise typer.Exit(1)
-    graph = build_graph(model=model, tools=tool_list, config=cfg)
+        graph = build_graph(model=chat, tools=tool_list, scorer=scorer, config=cfg)
+    except (ValueError, MonitorUnavailableError) as exc:  # e.g. no monitor for a served model, no calibration
+        raise refuse("Cannot build the agent", str(exc)) from None
     if not as_json:
         names = ", ".join(t.name for t in tool_list) or "none"
-        out.print(f"[bold]TC-RAG[/] metric={cfg.metric} sigma={cfg.effective_sigma:g} "
-                  f"max_steps={cfg.max_steps} tools={names}")
+        sigma = "auto" if cfg.sigma == "auto" else f"{cfg.effective_sigma:g}"
+        out.print(f"[bold]TC-RAG[/] metric={cfg.metric} sigma={sigma} "
+                  f"max_steps={cfg.max_steps} max_new_tokens={cfg.max_new_tokens} tools={names}", highlight=False)
     final: dict[str, Any] = {}
     for mode, chunk in graph.stream({"question": question}, stream_mode=["custom", "values"]):
         if mode == "custom" and isinstance(chunk, dict) and chunk.get("type") == EVENT_NAME:
@@ -144,21 +302,25 @@ def ask(
                 _render_event(out, chunk)
         elif mode == "values":
             final = chunk
-    result = result_dict(final)
+    result = RunResult.from_state(final)
     if as_json:
-        sys.stdout.write(json.dumps(result, ensure_ascii=False, indent=2) + "\n")
+        sys.stdout.write(json.dumps(result.to_json_dict(), ensure_ascii=False, indent=2) + "\n")
     else:
-        verdict = ("[green]validated[/] (state value below sigma)" if result["answer_validated"]
-                   else f"[yellow]NOT validated[/] ({result['halt_reason']})")
-        out.print()
-        out.print(f"[bold]Answer:[/] {result['answer'] if result['answer'] is not None else '(none)'}")
-        out.print(f"[bold]Status:[/] {verdict}")
-        if result["error"]:
-            out.print(f"[bold]Note:[/] {result['error']}")
-    if result["halt_reason"] == "invalid_input":
+        _render_result(out, result)
+    if result.halt_reason == "invalid_input":
         raise typer.Exit(2)
-    if result["answer"] is None:
+    if result.answer is None:
         raise typer.Exit(1)
+
+
+def _ask_signature() -> inspect.Signature:
+    """ask's own parameters, then one keyword parameter per generated config flag (Typer reads this)."""
+    own = [p for p in inspect.signature(ask, eval_str=True).parameters.values() if p.kind is not p.VAR_KEYWORD]
+    return inspect.Signature([*own, *(flag.parameter for flag in config_flags())])
+
+
+ask.__signature__ = _ask_signature()  # type: ignore[attr-defined]
+app.command()(ask)
 
 
 def _warn_broken(name: str, exc: BaseException) -> None:
