@@ -519,6 +519,14 @@ _REFUSAL = re.compile(r"can'?t answer|cannot answer|need to retrieve|unable to a
                       re.IGNORECASE)
 
 
+# What the prompts show as blanks to fill in; a reply that copies one has not answered.
+_PLACEHOLDERS = {"", "...", "the answer", "your answer", "answer", "the facts that bear on the question"}
+
+
+def _is_placeholder(text: str) -> bool:
+    return re.sub(r"\s+", " ", text.lower()).strip(" .*`'\"") in {p.strip(" .") for p in _PLACEHOLDERS}
+
+
 def _boxed(text: str) -> Optional[str]:
     """The content of the last ``\\boxed{...}`` (nested braces allowed)."""
     start = text.rfind("\\boxed{")
@@ -552,7 +560,7 @@ def parse_boundary_answer(text: Any) -> Optional[str]:
     answer = _boxed(inner if inner is not None else body)
     if answer is None:
         answer = inner
-    if not answer or _REFUSAL.search(answer):
+    if not answer or _REFUSAL.search(answer) or _is_placeholder(answer):
         return None
     return answer
 
@@ -604,7 +612,10 @@ def parse_focus(text: Any, *, index: int, known: Optional[Mapping[str, ContentIt
             repairs.append("'Answer:' line read as <answer>")
     if inner is not None:
         answer = _boxed(inner) or inner.strip()
-        if answer and not _REFUSAL.search(answer):
+        if _is_placeholder(answer):
+            raise LogicalFormParseError("the <answer> holds the prompt's placeholder: write the actual answer "
+                                        "found in the references, or the next Step and Action")
+        if not _REFUSAL.search(answer):
             return FocusResult(focus=focus, answer=answer, repairs=repairs)
     next_form = _parse_next_retrieval(body, index=index, known=known or {}, repairs=repairs)
     return FocusResult(focus=focus, next_form=next_form, repairs=repairs)
@@ -617,8 +628,8 @@ def _parse_deduction(text: Any) -> str:
         line = re.search(r"^\s*\**(?:final\s+)?answer\**\s*:\s*(.+)$", body, flags=re.IGNORECASE | re.MULTILINE)
         inner = line.group(1) if line else None
     answer = (_boxed(inner) or inner.strip()) if inner is not None else ""
-    if not answer:
-        raise LogicalFormParseError("wrap your conclusion in <answer>...</answer>")
+    if _is_placeholder(answer):
+        raise LogicalFormParseError("wrap your actual conclusion in <answer>...</answer>")
     return answer
 
 
@@ -772,10 +783,10 @@ Question: {question}
 Answer: {answer}"""
 
 FOCUS_PROMPT = """According to the question and references, find what in the references answers the question.
-Write it as <focus>the facts that bear on the question</focus>.
-If the references answer the question, then write <answer>the answer</answer>.
+Write them as <focus>...</focus>.
+If the references answer the question, then write the answer as <answer>...</answer>.
 If they do not, write the next search instead:
-Step: the sub-question to search for next
+Step: (the sub-question to search for next)
 Action: Retrieval(s=..., p=..., o=...)
 {known}References:
 {references}

@@ -513,3 +513,15 @@ def test_output_puts_the_answer_in_the_asked_format():
         {"question": "Who wrote it? A. Hawthorne B. Melville"}, context={"answer_format": ["A", "B"]})
     assert out["halt_reason"] == "format_error" and out["answer"] == "Herman Melville"
     assert out["structured_answer"] is None and out["answer_validated"] is False and out["llm_calls"] == 4
+
+
+def test_a_copied_placeholder_is_not_an_answer():
+    # Qwen2.5-Coder-0.5B answered a focus prompt with the template's own placeholder.
+    with pytest.raises(LogicalFormParseError, match="placeholder"):
+        parse_focus("<focus></focus><answer>The answer</answer>", index=1)
+    assert parse_boundary_answer("<answer>\\boxed{your answer}</answer>") is None
+    plan = "Step1: Who hosts Splash?\nAction1: Retrieval(s=s1:show['Splash'], p=p1:host, o=o1:person)"
+    model = recording_model([plan, "<answer>the answer</answer>", "<answer>Joey Lawrence</answer>"])
+    out = build_kag_thinker_graph(model=model, tools=[recording_tool("DOC", "Hosted by Joey Lawrence.", [])],
+                                  options={"knowledge_boundary": False}).invoke({"question": "Host?"})
+    assert out["answer"] == "Joey Lawrence" and [e.op for e in events(out, "Focus")] == ["format_error", "push"]
