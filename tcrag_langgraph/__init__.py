@@ -28,8 +28,15 @@ _EXPORTS: dict[str, str] = {
     "TraceEvent": ".state",
     "StateScorer": ".scoring",
     "LocalLMScorer": ".scoring",
+    "scorer_for_model": ".scoring",
+    "MonitorUnavailableError": ".scoring",
+    "CompletionsLogprobScorer": ".remote_scorer",
     "LocalChatModel": ".models",
     "load_local_model": ".models",
+    "resolve_chat_model": ".models",
+    "resolve_sigma": ".eval.calibration",
+    "RunResult": ".result",
+    "HaltReason": ".transitions",
     "parse_action": ".actions",
     "ParsedAction": ".actions",
     "ActionParseError": ".actions",
@@ -60,7 +67,11 @@ if TYPE_CHECKING:  # static type checkers and IDEs see the real names
     from .config import TCRAGConfig
     from .graph import EVENT_NAME, HALT_REASONS, build_graph
     from .integration import as_chat_runnable, checkpoint_serde, tcrag_events
-    from .models import LocalChatModel, load_local_model
-    from .scoring import LocalLMScorer, StateScorer
+    from .eval.calibration import resolve_sigma
+    from .models import LocalChatModel, load_local_model, resolve_chat_model
+    from .remote_scorer import CompletionsLogprobScorer
+    from .result import RunResult
+    from .scoring import LocalLMScorer, MonitorUnavailableError, StateScorer, scorer_for_model
+    from .transitions import HaltReason
     from .state import Action, Frame, TCRAGState, ToolCallRecord, TraceEvent
     from .tools.identity import CallerContext

@@ -17,7 +17,7 @@ the halt reason, validation flag, state value, sigma, metric and step count. It 
 
 Example:
     >>> from langchain_core.prompts import ChatPromptTemplate
-    >>> from tcrag_langgraph.studio import scripted_graph
+    >>> from tcrag_langgraph.testing import scripted_graph
     >>> graph = scripted_graph({"replies": ["Conclusion: about {question}"], "default_score": 1.0})
     >>> chain = ChatPromptTemplate.from_template("Q: {topic}?") | as_chat_runnable(graph)
     >>> msg = chain.invoke({"topic": "scurvy"})

@@ -33,6 +33,7 @@ from langchain_core.outputs import ChatGeneration, ChatGenerationChunk, ChatResu
 from pydantic import ConfigDict, Field, PrivateAttr, field_validator
 
 from .kv_cache import CacheStats, PromptKVPool
+from .prompting import message_text
 
 __all__ = [
     "LocalModel",
@@ -362,7 +363,7 @@ class LocalChatModel(BaseChatModel):
 
     def _prompt_ids(self, messages: list[BaseMessage]):
         tok = self.local_model.tokenizer
-        chat = [{"role": _role(m), "content": _text(m.content)} for m in messages]
+        chat = [{"role": _role(m), "content": message_text(m.content)} for m in messages]
         ids = tok.apply_chat_template(chat, add_generation_prompt=True, return_tensors="pt", return_dict=True)
         return ids["input_ids"]
 
@@ -452,14 +453,6 @@ def _cut_at_stop(text: str, stops: list[str]) -> str:
 
 def _role(message: BaseMessage) -> str:
     return {"human": "user", "ai": "assistant", "system": "system"}.get(message.type, "user")
-
-
-def _text(content: Any) -> str:
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list):
-        return "".join(part.get("text", "") if isinstance(part, dict) else str(part) for part in content)
-    return str(content)
 
 
 def _looks_like_path(spec: str) -> bool:

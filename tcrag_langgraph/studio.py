@@ -2,8 +2,7 @@
 
 ``langgraph.json`` points at :func:`studio_graph`, a graph factory (the Agent Server calls it per
 request) returning one graph built on the first call; ``studio.graph`` is the same graph for Python
-users. Nothing is built at import, so importing this module, or the test doubles re-exported
-here, never builds the real agent. It is compiled **without** a checkpointer (the LangGraph API
+users. Nothing is built at import, so importing this module never builds the real agent. It is compiled **without** a checkpointer (the LangGraph API
 server refuses one and brings its own). By default it is the real agent: the packaged SmolLM2-135M-Instruct as generator and state monitor (loaded
 lazily on the first run) with the default tools, EMR_SEARCH included.
 
@@ -24,18 +23,7 @@ import os
 import threading
 from typing import Any, Optional
 
-# Re-exported for code written against the old home of the test doubles (now tcrag_langgraph.testing).
-from tcrag_langgraph.testing import (  # noqa: F401
-    SCRIPT_ENV,
-    Script,
-    ScriptedChatModel,
-    ScriptedReply,
-    ScriptedScorer,
-    ScriptExhausted,
-    load_script,
-    scripted_components,
-    scripted_graph,
-)
+from tcrag_langgraph.testing import SCRIPT_ENV, scripted_graph
 
 __all__ = ["make_graph", "studio_graph", "graph", "SCRIPT_ENV"]
 

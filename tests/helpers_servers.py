@@ -100,7 +100,7 @@ def uvicorn_thread(app, *, port: Optional[int] = None) -> Iterator[str]:
 
 
 def script_file(path: Path, script: dict) -> Path:
-    """Write a scripted-model JSON script (see ``tcrag_langgraph.studio``) and return its path."""
+    """Write a scripted-model JSON script (see ``tcrag_langgraph.testing``) and return its path."""
     import json
 
     path.write_text(json.dumps(script), encoding="utf-8")

@@ -11,7 +11,7 @@ from langgraph.checkpoint.memory import InMemorySaver
 
 from tcrag_langgraph.integration import checkpoint_serde
 from tcrag_langgraph import build_graph
-from tcrag_langgraph.studio import ScriptedChatModel, ScriptedReply, scripted_components, scripted_graph
+from tcrag_langgraph.testing import ScriptedChatModel, ScriptedReply, scripted_components, scripted_graph
 
 # Every kind of event: push (Thought, Plan, Tool_Use), pop (Backtrack), pop+push (Summary), a state
 # value change with a rejected Conclusion, a tool call and the halt decision.

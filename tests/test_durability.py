@@ -17,7 +17,7 @@ import pytest
 from langgraph.checkpoint.sqlite import SqliteSaver
 
 from tcrag_langgraph.integration import checkpoint_serde
-from tcrag_langgraph.studio import scripted_graph
+from tcrag_langgraph.testing import scripted_graph
 
 from .helpers_servers import REPO, script_file
 
@@ -25,7 +25,7 @@ RUNNER = textwrap.dedent('''
     import asyncio, json, sqlite3, sys
     from langgraph.types import Command
     from tcrag_langgraph.integration import checkpoint_serde
-    from tcrag_langgraph.studio import scripted_graph
+    from tcrag_langgraph.testing import scripted_graph
 
     mode, script, db, thread, action, question = sys.argv[1:7]
     payload = {"start": {"question": question}, "resume": None, "approve": Command(resume="approve"),

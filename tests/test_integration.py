@@ -14,7 +14,7 @@ from langgraph.types import Command
 
 from tcrag_langgraph import TCRAGConfig
 from tcrag_langgraph.integration import as_chat_runnable, checkpoint_serde, tcrag_events, to_graph_input
-from tcrag_langgraph.studio import scripted_graph
+from tcrag_langgraph.testing import scripted_graph
 
 SCRIPT = {
     "replies": ["Thought: recall {question}", "Tool_Use: DOC_RAG\nTool_Input: {question}", "Conclusion: answer({question})"],
