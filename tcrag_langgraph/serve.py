@@ -388,13 +388,13 @@ def create_app(
     @app.get("/tcrag/threads/{thread_id}")
     async def thread_state(thread_id: str, request: Request) -> dict[str, Any]:
         """The stack, trace and answer stored for one of the caller's threads (404 if unknown)."""
-        from .cli import result_dict
+        from .result import RunResult
 
         scoped = scoped_thread_id(getattr(request.state, _STATE_USER, None), thread_id)
         snapshot = await graph.aget_state({"configurable": {"thread_id": scoped}})
         if not snapshot.values:
             raise HTTPException(404, f"no such thread: {thread_id}")
-        result = result_dict(snapshot.values)
+        result = RunResult.from_state(snapshot.values).to_json_dict()
         result["messages"] = [{"type": m.type, "content": m.content} for m in snapshot.values.get("messages", [])]
         result["next"] = list(snapshot.next)
         return result
