@@ -245,7 +245,7 @@ def parse_triples(text: str, *, max_triples: int, allow_unknown: bool = False) -
     Example:
         >>> p = parse_triples("- a | b | c\\n(x, y, z)\\nbad line\\nA | B | C", max_triples=5)
         >>> [t.as_list() for t in p.triples], p.problems
-        ([['a', 'b', 'c'], ['x', 'y', 'z']], ("line 3: not 'subject | relation | object'",))
+        ([['a', 'b', 'c'], ['x', 'y', 'z']], ("line 3 'bad line': not 'subject | relation | object'",))
     """
     if not isinstance(text, str):
         raise ValueError(f"model output must be text, not {type(text).__name__}")
@@ -263,7 +263,8 @@ def parse_triples(text: str, *, max_triples: int, allow_unknown: bool = False) -
             line = _LIST_MARK.sub("", raw, count=1).strip()
             if not line or line.rstrip(":").casefold() in {"triples", "reasoning path", "answer"}:
                 continue
-            candidates.append((f"line {n}", _parts_of(line)))
+            # the line's start goes into the problem so the re-prompt and the trace show what was wrong
+            candidates.append((f"line {n} {line[:40]!r}", _parts_of(line)))
     triples: list[Triple] = []
     problems: list[str] = []
     seen: set[str] = set()

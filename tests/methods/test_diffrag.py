@@ -79,7 +79,9 @@ def test_parse_triples_reads_repairs_and_rejects():
     parsed = parse_triples(text, max_triples=10)
     assert [t.as_list() for t in parsed.triples] == [["Aspirin", "reduces", "stroke risk"],
                                                      ["insulin", "lowers", "blood glucose"]]
-    assert [p.split(":")[0] for p in parsed.problems] == ["line 5", "line 6", "line 7", "line 8"]
+    assert list(parsed.problems) == [
+        "line 5 'just prose': not 'subject | relation | object'", "line 6 'a | b': not 'subject | relation | object'",
+        "line 7 '| x | y': not 'subject | relation | object'", "line 8 '? | causes | fever': '?' is not a fact"]
     json_form = parse_triples('[["a", "b", "c"], {"subject": "x", "relation": "y", "object": "z"}, [1, 2]]',
                               max_triples=5)
     assert [t.as_list() for t in json_form.triples] == [["a", "b", "c"], ["x", "y", "z"]]
