@@ -56,10 +56,12 @@ from langgraph.types import Command
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 from typing_extensions import TypedDict
 
+from .. import answer_format
 from ..auth import caller_for_run
-from ..config import CALLER_KEY, TCRAGConfig
+from ..config import CALLER_KEY, TCRAGConfig, resolve_config
 from ..events import emit
-from ..graph import _child_config, question_problem
+# The stack machine's input and config handling, one home for every method of the package.
+from ..graph import _child_config, _extract_question, _last_human_is
 from ..prompting import message_text
 from ..result import RunResult
 from ..scoring import StateScorer, scorer_for_model
@@ -89,8 +91,8 @@ MAX_STEP_CHARS = 400
 class CRPRAGOptions(BaseModel):
     """CRP-RAG's own bounds and thresholds (the shared generation settings stay in :class:`TCRAGConfig`).
 
-    Every field can be overridden per run with ``graph.invoke(..., context=CRPRAGOptions(...))`` or a
-    mapping of fields.
+    Every field can be overridden per run: ``graph.invoke(..., context=...)`` takes a CRPRAGOptions, a
+    :class:`TCRAGConfig` or a mapping of either's fields (the two share no field name).
 
     Example:
         >>> CRPRAGOptions(fan_out=3).max_depth
@@ -115,7 +117,7 @@ class CRPRAGOptions(BaseModel):
     max_paths: int = Field(default=3, ge=1, le=16, description="Sufficient paths answered and integrated.")
     aggregate_knowledge: bool = Field(default=True, description="Aggregate retrieval results with the model "
                                       "(prompt A.3); False concatenates them (the paper's ablation).")
-    max_format_retries: int = Field(default=1, ge=0, le=5, description="Re-prompts after an unusable step.")
+    max_step_retries: int = Field(default=1, ge=0, le=5, description="Re-prompts after an unusable step.")
 
     @field_validator("sufficiency_threshold", mode="before")
     @classmethod
@@ -151,6 +153,8 @@ class CRPState(TypedDict, total=False):
     threshold: float
     paths: list[list[int]]
     path_answers: list[str]
+    structured_answer: Any  # the answer in TCRAGConfig.answer_format, when one was asked
+    format_retries: int
     path_score: Optional[float]  # the best path's worst (highest) node perplexity: what calibration uses
     state_value: Optional[float]
     state_history: list[dict[str, Any]]
@@ -299,7 +303,7 @@ def parse_step(text: str) -> ParsedStep:
         step = _LIST_MARK.sub("", first).strip()
         repairs.append("no Next step label: used the first line")
     step = step.strip().strip("*_").strip()
-    if not any(ch.isalnum() for ch in step):
+    if sum(ch.isalpha() for ch in step) < 3:  # "...", "2": no step (seen from SmolLM2)
         raise StepParseError("no reasoning step after 'Next step:'")
     if len(step) > MAX_STEP_CHARS:
         step = step[:MAX_STEP_CHARS].rstrip() + "…"
@@ -464,8 +468,26 @@ class _CRPRAG:
         self.options = options
 
     # ----- helpers -----
-    def opts(self, runtime: Runtime) -> CRPRAGOptions:
-        return self.options.merged(getattr(runtime, "context", None))
+    def settings(self, config: RunnableConfig, runtime: Runtime) -> tuple[CRPRAGOptions, TCRAGConfig]:
+        """This run's options and shared config: ``context=`` may be CRPRAGOptions, TCRAGConfig or a
+        mapping of either's fields; ``configurable`` may set TCRAGConfig fields (as for TC-RAG)."""
+        context = getattr(runtime, "context", None)
+        own: Any = None
+        shared: Any = None
+        if isinstance(context, CRPRAGOptions):
+            own = context
+        elif isinstance(context, TCRAGConfig):
+            shared = context
+        elif isinstance(context, Mapping):
+            unknown = sorted(set(context) - set(CRPRAGOptions.model_fields) - set(TCRAGConfig.model_fields))
+            if unknown:
+                raise ValueError(f"unknown options {unknown}")
+            own = {k: v for k, v in context.items() if k in CRPRAGOptions.model_fields}
+            shared = {k: v for k, v in context.items() if k in TCRAGConfig.model_fields}
+        elif context is not None:
+            raise ValueError(f"context must be CRPRAGOptions, TCRAGConfig or a mapping, not {type(context).__name__}")
+        return self.options.merged(own), resolve_config(self.config, configurable=(config or {}).get("configurable"),
+                                                        context=shared)
 
     @staticmethod
     def record(config: RunnableConfig, events: list[TraceEvent], *, step: int,
@@ -537,15 +559,18 @@ class _CRPRAG:
     def start(self, state: CRPState, config: RunnableConfig, runtime: Runtime) -> Command[Literal["Expand", "__end__"]]:
         base: dict[str, Any] = {
             "nodes": [], "depth": 0, "paths": [], "path_answers": [], "path_score": None, "state_value": None,
+            "structured_answer": None, "format_retries": 0,
             "state_history": [], "answer": None, "answer_validated": False, "halt_reason": None, "error": None,
             "llm_calls": 0, "tool_calls": 0, "steps": 0, "trace": [], "token_usage": {"prompt": 0, "completion": 0},
         }
         counters = self.counters(base)
         events: list[TraceEvent] = []
-        question, problem = _question_of(state, self.config)
+        question, problem = _extract_question(state, self.config)
         try:
-            options = self.opts(runtime)
+            options, cfg = self.settings(config, runtime)
             threshold = _resolve_threshold(options, self.model)
+            if problem is None:  # the run's own length limit
+                question, problem = _extract_question(state, cfg)
         except Exception as exc:  # a bad per-run context or a missing calibration: say so, lose nothing
             problem = problem or f"bad CRP-RAG options: {exc}"
             threshold = None
@@ -561,7 +586,7 @@ class _CRPRAG:
     def expand(self, state: CRPState, config: RunnableConfig, runtime: Runtime) -> Command[
         Literal["Expand", "Retrieve", "__end__"]
     ]:
-        options = self.opts(runtime)
+        options, cfg = self.settings(config, runtime)
         counters = self.counters(state)
         events: list[TraceEvent] = []
         question = state["question"]
@@ -584,8 +609,8 @@ class _CRPRAG:
                         samples.append((None if sink is None else sink["id"], parsed))
                 if sink is not None:
                     sink["expanded"] = True
-            new_nodes = self.merge(question, samples, options, config, counters, events, start_id=len(nodes),
-                                   depth=depth)
+            new_nodes = self.merge(question, samples, options, cfg, config, counters, events,
+                                   start_id=len(nodes), depth=depth)
         except _RunFailure as failure:
             return self.halt(state, config, counters, events, reason=failure.reason, error=str(failure),
                              extra={"nodes": nodes, "depth": depth})
@@ -610,7 +635,7 @@ class _CRPRAG:
         """One sampled next step (eq. 4), re-prompted on an unusable reply; ``None`` if none came."""
         messages: list[BaseMessage] = [HumanMessage(content=PROMPT_GENERATE.format(question=question,
                                                                                    conditions=conditions))]
-        for attempt in range(options.max_format_retries + 1):
+        for attempt in range(options.max_step_retries + 1):
             text = self.ask(counters, messages, config, max_new_tokens=options.max_step_tokens,
                             temperature=options.sampling_temperature)
             try:
@@ -623,7 +648,7 @@ class _CRPRAG:
         return None
 
     def merge(self, question: str, samples: list[tuple[Optional[int], ParsedStep]], options: CRPRAGOptions,
-              config: RunnableConfig, counters: dict[str, Any], events: list[TraceEvent], *, start_id: int,
+              cfg: TCRAGConfig, config: RunnableConfig, counters: dict[str, Any], events: list[TraceEvent], *, start_id: int,
               depth: int) -> list[dict[str, Any]]:
         """Merge this iteration's near-duplicate steps (eqs. 5-6) into new node dicts.
 
@@ -653,7 +678,7 @@ class _CRPRAG:
             if _normal(parsed.text) != _normal(before):
                 merged = self.ask(counters, [HumanMessage(content=PROMPT_MERGE.format(
                     question=question, paragraphs=f"1. {before}\n2. {parsed.text}"))], config,
-                    max_new_tokens=options.max_step_tokens, temperature=self.config.temperature)
+                    max_new_tokens=options.max_step_tokens, temperature=cfg.temperature)
                 merged = _first_paragraph(merged)
                 group["text"] = merged if any(ch.isalnum() for ch in merged) else before  # empty merge: keep
                 vectors[best] = self.embed([group["text"]])[0]
@@ -679,11 +704,10 @@ class _CRPRAG:
     def retrieve(self, state: CRPState, config: RunnableConfig, runtime: Runtime) -> Command[
         Literal["Evaluate", "__end__"]
     ]:
-        options = self.opts(runtime)
+        options, cfg = self.settings(config, runtime)
         counters = self.counters(state)
         events: list[TraceEvent] = []
         nodes = [dict(n) for n in state["nodes"]]
-        cfg = self.config
         child = _child_config(config)
         # The authenticated server user, else the trusted config's caller; never the client's words.
         child["configurable"] = {**child.get("configurable", {}), CALLER_KEY: caller_for_run(config, base=cfg.caller)}
@@ -727,7 +751,7 @@ class _CRPRAG:
         events: list[TraceEvent] = []
         nodes = [dict(n) for n in state["nodes"]]
         threshold = state["threshold"]
-        cfg = self.config
+        _, cfg = self.settings(config, runtime)
         try:
             for node in nodes:
                 counters["steps"] += 1
@@ -759,7 +783,7 @@ class _CRPRAG:
     def select(self, state: CRPState, config: RunnableConfig, runtime: Runtime) -> Command[
         Literal["Answer", "__end__"]
     ]:
-        options = self.opts(runtime)
+        options, cfg = self.settings(config, runtime)
         counters = self.counters(state)
         events: list[TraceEvent] = []
         nodes = state["nodes"]
@@ -783,12 +807,19 @@ class _CRPRAG:
 
     # ----- AG: answers along the paths, integrated -----
     def answer(self, state: CRPState, config: RunnableConfig, runtime: Runtime) -> Command[Literal["__end__"]]:
+        from ..eval.methods import _final_answer  # one home: the part after the last "Answer:" line
+
         counters = self.counters(state)
         events: list[TraceEvent] = []
         nodes = state["nodes"]
         question = state["question"]
-        cfg = self.config
+        _, cfg = self.settings(config, runtime)
+        fmt = cfg.answer_format
+        rule = answer_format.instructions(fmt)
+        rule_note = f" The line after 'Answer:' is your Conclusion. {rule}" if rule else ""
         answers: list[str] = []
+        final_messages: list[BaseMessage] = []
+        retries = 0
         try:
             for path in state["paths"]:
                 conditions: list[str] = []
@@ -798,8 +829,9 @@ class _CRPRAG:
                     last = position == len(path) - 1
                     prompt = PROMPT_PATH_STEP.format(question=question, conditions="\n".join(conditions) or "(none yet)",
                                                      step=node["text"], knowledge=node["knowledge"],
-                                                     last=LAST_STEP_NOTE if last else "")
-                    result = self.ask(counters, [HumanMessage(content=prompt)], config,
+                                                     last=LAST_STEP_NOTE + rule_note if last else "")
+                    final_messages = [HumanMessage(content=prompt)]
+                    result = self.ask(counters, final_messages, config,
                                       max_new_tokens=cfg.max_new_tokens, temperature=cfg.temperature)
                     conditions.append(f"{node['text']} {result}".strip())  # eq. 12: condition_n + result_n
                 answers.append(result)
@@ -807,20 +839,37 @@ class _CRPRAG:
                 self.record(config, events, step=counters["steps"], action="Path_Answer", op="push",
                             content=result, nodes=len(nodes), detail={"path": path})
             if len(answers) == 1:
-                final = answers[0]
+                text = answers[0]
             else:
                 listing = "\n".join(f"{i}. {a}" for i, a in enumerate(answers, 1))
-                final = self.ask(counters, [HumanMessage(content=PROMPT_INTEGRATE.format(question=question,
-                                                                                         answers=listing))],
-                                 config, max_new_tokens=cfg.max_new_tokens, temperature=cfg.temperature)
+                final_messages = [HumanMessage(content=PROMPT_INTEGRATE.format(question=question, answers=listing)
+                                               + rule_note)]
+                text = self.ask(counters, final_messages, config, max_new_tokens=cfg.max_new_tokens,
+                                temperature=cfg.temperature)
+            final = _final_answer(text)
+            structured, problem = answer_format.check(fmt, final)
+            # Bounded: at most max_format_retries re-prompts when the answer does not fit the asked format.
+            while fmt is not None and problem is not None and retries < cfg.max_format_retries:
+                retries += 1
+                final_messages = [*final_messages, AIMessage(content=text or "(empty)"),
+                                  HumanMessage(content=f"Your answer could not be used: {problem}. {rule}")]
+                text = self.ask(counters, final_messages, config, max_new_tokens=cfg.max_new_tokens,
+                                temperature=cfg.temperature)
+                final = _final_answer(text)
+                structured, problem = answer_format.check(fmt, final)
         except _RunFailure as failure:
             return self.halt(state, config, counters, events, reason=failure.reason, error=str(failure),
                              extra={"path_answers": answers})
+        extra = {"path_answers": answers, "format_retries": retries,
+                 "structured_answer": structured if fmt is not None and problem is None else None}
         if not final:
             return self.halt(state, config, counters, events, reason="format_error", error="the final answer is empty",
-                             extra={"path_answers": answers})
+                             extra=extra)
+        if problem is not None:
+            return self.halt(state, config, counters, events, reason="format_error", answer=final,
+                             error=f"no answer in the asked format after {retries} re-prompts: {problem}", extra=extra)
         return self.halt(state, config, counters, events, reason="answered", answer=final, validated=True,
-                         extra={"path_answers": answers})
+                         extra=extra)
 
 
 def _node(nodes: Sequence[Mapping[str, Any]], node_id: int) -> Mapping[str, Any]:
@@ -850,23 +899,6 @@ def _normal(text: str) -> str:
 def _first_paragraph(text: str) -> str:
     paragraph = text.strip().split("\n\n", 1)[0].strip()
     return paragraph[:MAX_STEP_CHARS].rstrip()
-
-
-def _last_human_is(state: Mapping[str, Any], question: str) -> bool:
-    for message in reversed(state.get("messages") or []):
-        if isinstance(message, HumanMessage):
-            return message_text(message.content).strip() == question
-    return False
-
-
-def _question_of(state: Mapping[str, Any], cfg: TCRAGConfig) -> tuple[str, Optional[str]]:
-    raw: Any = state.get("question")
-    messages = state.get("messages") or []
-    if messages and isinstance(messages[-1], HumanMessage):  # a chat turn is newer than a left-over question
-        raw = message_text(messages[-1].content)
-    if raw is None:
-        return "", "no question: give {'question': ...} or {'messages': [...]} ending with a human message"
-    return question_problem(raw, cfg)
 
 
 def build_crp_rag_graph(
@@ -918,7 +950,7 @@ def build_crp_rag_graph(
 
         embeddings = default_embeddings()
     machine = _CRPRAG(model, tools, scorer, embeddings, cfg, opts)
-    builder = StateGraph(CRPState, context_schema=CRPRAGOptions)
+    builder = StateGraph(CRPState)  # context: CRPRAGOptions, TCRAGConfig or a mapping (see settings)
     builder.add_node("Start", machine.start)
     builder.add_node("Expand", machine.expand)
     builder.add_node("Retrieve", machine.retrieve)

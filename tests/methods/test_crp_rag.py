@@ -63,8 +63,8 @@ class RoutedChatModel(BaseChatModel):
         if self.fail_after is not None and len(self._seen) >= self.fail_after:
             raise RuntimeError("model server went away")
         first, last = message_text(messages[0].content), message_text(messages[-1].content)
-        named = re.search(r"The (?:question|current reasoning step) is: (.*)", last)
-        step = re.search(r"The current reasoning step is: (.*)", last)
+        named = re.search(r"The (?:question|current reasoning step) is: (.*)", first)
+        step = re.search(r"The current reasoning step is: (.*)", first)
         if first.startswith(PROMPT_GENERATE[:60]):
             kind, reply = "generate", self.steps[self._step_i]
             self._step_i += 1
@@ -122,9 +122,9 @@ def test_parse_step_strict_with_repairs():
     repaired = parse_step("- Look up metformin.")
     assert (repaired.text, repaired.final) == ("Look up metformin.", False)
     assert repaired.repairs == ("no Next step label: used the first line", "no Final line: taken as no")
-    assert parse_step("Next step: x\nFinal: maybe").repairs == ("unreadable Final value 'maybe': taken as no",)
+    assert parse_step("Next step: Ask why.\nFinal: maybe").repairs == ("unreadable Final value 'maybe': taken as no",)
     assert len(parse_step("Next step: " + "a" * 1000).text) <= 401
-    for bad in ("", "  \n ", "Next step: ...\nFinal: no", "Final: yes"):
+    for bad in ("", "  \n ", "Next step: ...\nFinal: no", "Final: yes", "Next step: 2\nFinal: no"):
         with pytest.raises(StepParseError):
             parse_step(bad)
 
@@ -250,7 +250,7 @@ def test_merge_threshold_one_keeps_near_duplicates_apart():
 
 def test_unusable_step_is_reprompted_then_dropped():
     graph, model, _ = make(["", step("Look up metformin.", True), "...", "Final: yes"],
-                           options=CRPRAGOptions(fan_out=2, max_depth=1, max_format_retries=1))
+                           options=CRPRAGOptions(fan_out=2, max_depth=1, max_step_retries=1))
     out = graph.invoke({"question": QUESTION})
     assert [n["text"] for n in out["nodes"]] == ["Look up metformin."]
     assert [e.op for e in out["trace"]].count("format_error") == 3
@@ -260,7 +260,7 @@ def test_unusable_step_is_reprompted_then_dropped():
 
 
 def test_no_usable_step_at_all_halts_with_format_error():
-    graph, _, _ = make(["", ""], options=CRPRAGOptions(fan_out=1, max_format_retries=1))
+    graph, _, _ = make(["", ""], options=CRPRAGOptions(fan_out=1, max_step_retries=1))
     out = graph.invoke({"question": QUESTION})
     assert out["halt_reason"] == "format_error" and out["answer"] is None and out["nodes"] == []
 
@@ -321,7 +321,8 @@ def test_path_selection_skips_insufficient_branches():
     assert len(path_prompts) == 2 and all("kidney" not in p and "Lifestyle" not in p for p in path_prompts)
     # eq. 12: the second step knows the first step's result
     assert "Result of Identify the drug class of metformin." in path_prompts[1]
-    assert out["answer"] == "Result of Metformin is a biguanide.\nAnswer: Metformin is a biguanide."
+    assert out["answer"] == "Answer: Metformin is a biguanide."  # the part after the last Answer: line
+    assert out["path_answers"] == ["Result of Metformin is a biguanide.\nAnswer: Metformin is a biguanide."]
     assert [e.action for e in out["trace"]].count("Reasoning_Path") == 1
 
 
@@ -461,12 +462,38 @@ def test_bad_arguments_are_clear_errors():
         build_crp_rag_graph(model=RoutedChatModel(), tools=[doc_tool()])
 
 
-def test_bad_per_run_options_are_refused_before_any_call():
+def test_bad_per_run_options_end_the_run_as_invalid_input_before_any_call():
     graph, model, _ = make([step("never used")])
-    for context in ({"fan_out": 0}, {"no_such_option": 1}, {"sufficiency_threshold": -1}):
-        with pytest.raises(ValueError):  # LangGraph validates the context against CRPRAGOptions
-            graph.invoke({"question": QUESTION}, context=context)
+    for context in ({"fan_out": 0}, {"no_such_option": 1}, {"sufficiency_threshold": -1}, {"max_new_tokens": 0},
+                    "fan_out=2"):
+        out = graph.invoke({"question": QUESTION}, context=context)
+        assert out["halt_reason"] == "invalid_input" and "bad CRP-RAG options" in out["error"]
     assert model.seen == []
+
+
+def test_context_mixes_own_options_and_shared_config():
+    steps = [step("Look up metformin.", True)]
+    graph, model, _ = make(steps, options=CRPRAGOptions(fan_out=3))
+    out = graph.invoke({"question": QUESTION}, context={"fan_out": 1, "max_question_chars": 5})
+    assert out["halt_reason"] == "invalid_input" and "limit is 5" in out["error"]  # the run's own limit
+    out = graph.invoke({"question": QUESTION}, context={"fan_out": 1, "max_new_tokens": 16})
+    assert model.kinds().count("generate") == 1 and out["halt_reason"] == "answered"
+    out = graph.invoke({"question": QUESTION}, context=TCRAGConfig(max_question_chars=5))
+    assert out["halt_reason"] == "invalid_input"
+
+
+def test_answer_format_is_enforced_with_bounded_reprompts():
+    graph, model, _ = make([step("Yes, metformin is a biguanide.", True)], options=CRPRAGOptions(fan_out=1))
+    out = graph.invoke({"question": QUESTION}, context={"answer_format": ["yes", "no", "maybe"]})
+    assert out["halt_reason"] == "answered" and out["structured_answer"] == "yes" and out["format_retries"] == 0
+    last_step = [text for kind, text in model.seen if kind == "path_step"][-1]
+    assert "exactly one of: yes, no, maybe" in last_step
+    graph, model, _ = make([step("Metformin is a biguanide.", True)], options=CRPRAGOptions(fan_out=1))
+    out = graph.invoke({"question": QUESTION}, context={"answer_format": ["yes", "no"], "max_format_retries": 2})
+    assert out["halt_reason"] == "format_error" and out["format_retries"] == 2 and not out["answer_validated"]
+    assert out["answer"] == "Answer: Metformin is a biguanide." and out["structured_answer"] is None
+    reprompts = [text for kind, text in model.seen if kind == "path_step"][1:]
+    assert len(reprompts) == 2 and reprompts[0].startswith("Your answer could not be used: ")
 
 
 # --------------------------------------------------------------------------------------------
