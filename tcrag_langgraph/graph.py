@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 from typing import Any, Callable, Literal, Optional, Sequence
 
 from langchain_core.language_models import BaseChatModel
@@ -39,6 +38,11 @@ from .config import CALLER_KEY, TCRAGConfig, resolve_config
 from .events import EVENT_NAME, emit
 from .prompting import demonstrations, final_turn_text, message_text, system_prompt, turn_text
 from .result import RunResult
+# The old private names stay importable from here for code written against them.
+from .run_input import child_config as _child_config
+from .run_input import extract_question as _extract_question
+from .run_input import last_human_is as _last_human_is
+from .run_input import question_problem
 from .models import resolve_chat_model
 from .scoring import MonitorUnavailableError, StateScorer, scorer_for_model
 from .state import Action, ParsedAction, TCRAGState, ToolCallRecord, TraceEvent, render_stack
@@ -50,11 +54,14 @@ __all__ = ["build_graph", "question_problem", "EVENT_NAME", "NODE_NAMES", "HALT_
 
 NODE_NAMES = ("Start", "Generate", "Thought", "Plan", "Tool_Use", "Summary", "Backtrack", "Conclusion", "Human_Review")
 HALT_REASONS = tuple(reason.value for reason in HaltReason)
-# Generation stops before the model invents a tool result or a new turn. Further actions in the
-# same reply are left to the parser (small models often write an empty label, then the action).
+# Generation stops before the model invents a tool result or a new turn, and at the next action
+# label: one reply holds one action, and a small model no longer spends its token budget writing a
+# whole imagined run (the main cost of `tcrag ask`, benchmarks/main_job.py). Not "\nConclusion:":
+# "Thought: ...\nConclusion: ..." is the paper's own way to conclude and the parser takes that
+# Conclusion. Not "\nTool_Input:": it belongs to the Tool_Use before it.
 STOP_SEQUENCES = ["\nTool_Observation:", "\nObservation:", "\nTool_Error:", "\nUser_Query:", "\nBegin!",
-                  "\nWrite your next action"]
-_CONTROL = re.compile(r"[\x00-\x08\x0b-\x0c\x0e-\x1f\x7f]")
+                  "\nWrite your next action", "\nThought:", "\nPlan:", "\nTool_Use:", "\nSummary:",
+                  "\nBacktrack:"]
 
 
 class _Machine:
@@ -383,49 +390,6 @@ def _review_decision(decision: Any) -> tuple[bool, Optional[str]]:
     if isinstance(decision, dict):
         return bool(decision.get("approve", False)), decision.get("feedback")
     return False, f"unrecognised review decision {decision!r}"
-
-
-def _child_config(config: RunnableConfig) -> dict[str, Any]:
-    keep = ("callbacks", "tags", "metadata", "run_name", "max_concurrency")
-    child = {k: config[k] for k in keep if config and k in config}
-    child["configurable"] = {k: v for k, v in (config or {}).get("configurable", {}).items() if not k.startswith("__")}
-    return child
-
-
-def _last_human_is(state: TCRAGState, question: str) -> bool:
-    for message in reversed(state.get("messages") or []):
-        if isinstance(message, HumanMessage):
-            return message_text(message.content).strip() == question
-    return False
-
-
-def _extract_question(state: TCRAGState, cfg: TCRAGConfig) -> tuple[str, Optional[str]]:
-    """The question and, if it cannot be used, why not."""
-    raw: Any = state.get("question")
-    messages = state.get("messages") or []
-    # A chat turn ends with the user's message; it is newer than a question left from the last turn.
-    if messages and isinstance(messages[-1], HumanMessage):
-        raw = messages[-1].content
-        if isinstance(raw, list):
-            raw = message_text(raw)
-    if raw is None:
-        return "", "no question: give {'question': ...} or {'messages': [...]} ending with a human message"
-    return question_problem(raw, cfg)
-
-
-def question_problem(raw: Any, cfg: TCRAGConfig) -> tuple[str, Optional[str]]:
-    """``(cleaned question, None)``, or ``("", why it cannot be used)``."""
-    if not isinstance(raw, str):
-        return "", f"the question must be text, not {type(raw).__name__}"
-    question = _CONTROL.sub(" ", raw).strip()
-    if not question:
-        return "", "the question is empty"
-    if len(question) > cfg.max_question_chars:
-        return "", (f"the question is {len(question):,} characters long; the limit is {cfg.max_question_chars:,} "
-                    "(raise max_question_chars, or shorten it)")
-    if not any(ch.isalnum() for ch in question):
-        return "", "the question contains no readable text"
-    return question, None
 
 
 def build_graph(
