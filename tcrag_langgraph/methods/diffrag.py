@@ -293,12 +293,17 @@ def parse_triples(text: str, *, max_triples: int, allow_unknown: bool = False) -
 _EXTRACT_SYSTEM = (
     "You extract medical facts as triples. Write one triple per line in the form\n"
     "subject | relation | object\n"
-    "using short phrases taken from the text. Write at most {n} lines and nothing else."
+    "using short phrases taken from the text. Write at most {n} lines and nothing else.\n"
+    "Example for the text 'Aspirin lowers the risk of stroke in adults.':\n"
+    "aspirin | lowers risk of | stroke"
 )
 _PATH_SYSTEM = (
     "You plan how to answer a medical question. Write the reasoning needed as a chain of triples, one "
     "per line in the form\nsubject | relation | object\nwith ? for what is unknown. Write at most {n} "
-    "lines and nothing else."
+    "lines and nothing else.\n"
+    "Example for 'Does smoking raise the risk of lung cancer?':\n"
+    "smoking | raises risk of | lung cancer\n"
+    "lung cancer | has risk factor | ?"
 )
 _ANSWER_SYSTEM = (
     "You are a medical expert. Answer the question using the evidence below: triples recalled from "
