@@ -436,9 +436,16 @@ def calibrate_sufficiency(
 
 def _resolve_threshold(options: CRPRAGOptions, model: Any) -> float:
     if options.sufficiency_threshold == "auto":
-        from ..eval.calibration import load_calibration
+        from ..eval.calibration import CalibrationNotFoundError, default_calibration_path, load_calibration
 
-        return float(load_calibration(model_id=sufficiency_model_id(model), metric="cppl").sigma)
+        model_id = sufficiency_model_id(model)
+        try:
+            return float(load_calibration(model_id=model_id, metric="cppl").sigma)
+        except CalibrationNotFoundError:  # its hint names `tcrag calibrate`, which calibrates sigma, not this
+            raise ValueError(
+                f"no stored sufficiency calibration for {model_id!r} at {default_calibration_path(model_id, 'cppl')}: "
+                "make one with calibrate_sufficiency(...) and save_calibration(...), or give "
+                "sufficiency_threshold as a number") from None
     return float(options.sufficiency_threshold)
 
 

@@ -533,7 +533,7 @@ def test_calibrated_threshold_is_stored_and_read_back_with_auto(tmp_path, monkey
     graph = build_crp_rag_graph(model=model, tools=[doc_tool()], scorer=ScriptedScorer(),
                                 options={"sufficiency_threshold": "auto"})
     out = graph.invoke({"question": QUESTION})  # no stored calibration: the run says how to make one
-    assert out["halt_reason"] == "invalid_input" and "tcrag calibrate" in out["error"] and model.seen == []
+    assert out["halt_reason"] == "invalid_input" and "calibrate_sufficiency" in out["error"] and model.seen == []
     calibration = calibrate_sufficiency([2.0, 3.0, 8.0, 20.0], [True, True, False, False], model=model,
                                         dataset="dev")
     assert calibration.sigma == 5.5 and calibration.model_id == "routed-test-model+crp-rag"
