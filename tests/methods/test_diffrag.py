@@ -310,10 +310,13 @@ def test_answer_format_is_enforced_with_bounded_reprompts():
     assert "exactly one of: yes, no, maybe" in model.seen[1][0].content
     assert "could not be used" in model.seen[2][-1].content and out["llm_calls"] == 3
     stubborn, _ = _graph(["metformin | treats | type 2 diabetes", "Answer: probably"])
-    out = stubborn.invoke({"question": "Is metformin first-line?"},
-                          context=TCRAGConfig(answer_format=["yes", "no"], max_format_retries=2))
+    out = stubborn.invoke({"question": "Is metformin first-line?"},  # the eval runner's context shape
+                          context={"answer_format": ["yes", "no"], "max_format_retries": 2})
     assert out["halt_reason"] == "format_error" and out["structured_answer"] is None
     assert out["llm_calls"] == 1 + 3 and "after 2 re-prompts" in out["error"]
+    typed, _ = _graph(["metformin | treats | type 2 diabetes", "Answer: No."])
+    out = typed.invoke({"question": "Is insulin first-line?"}, context=TCRAGConfig(answer_format=["yes", "no"]))
+    assert out["halt_reason"] == "answered" and out["structured_answer"] == "no"
 
 
 def test_context_of_the_wrong_type_is_refused():
