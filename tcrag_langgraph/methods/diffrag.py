@@ -57,6 +57,7 @@ from .. import answer_format
 from ..config import TCRAGConfig, resolve_config
 from ..events import emit
 from ..prompting import message_text
+from ..run_input import child_config, extract_question, last_human_is
 from ..state import TraceEvent
 from ..tools.chunking import Document, Section, chunk_document
 from ..tools.tokens import count_tokens, trim_to_tokens
@@ -360,7 +361,7 @@ def extract_triples(
     ]
     kwargs = _generation_kwargs(model, max_new_tokens, temperature)
     for attempt in range(max_retries + 1):
-        reply = model.invoke(messages, config=config, **kwargs)
+        reply = model.invoke(messages, config=child_config(config) if config is not None else None, **kwargs)
         out = message_text(reply.content)
         calls.llm_calls += 1
         calls.prompt_tokens += sum(count_tokens(message_text(m.content)) for m in messages)
@@ -938,7 +939,6 @@ def build_diffrag_graph(
             without a name is not cached on disk).
         checkpointer: any LangGraph checkpointer.
     """
-    from ..graph import question_problem
     from ..models import resolve_chat_model
 
     base_options = options if isinstance(options, DiffRAGOptions) else DiffRAGOptions().merged(options)
@@ -1013,20 +1013,21 @@ def build_diffrag_graph(
                 "messages": [AIMessage(content=answer if answer else f"No answer: {error or reason}")]}
 
     def start(state: DiffRAGState, config: RunnableConfig) -> dict[str, Any]:
-        raw = state.get("question")
-        if raw is None and state.get("messages"):
-            humans = [m for m in state["messages"] if isinstance(m, HumanMessage)]
-            raw = message_text(humans[-1].content) if humans else None
-        question, problem = question_problem(raw, cfg)
+        question, problem = extract_question(state, cfg)
         base = {"llm_calls": 0, "tool_calls": 0, "retrievals": 0, "steps": 0, "state_value": None,
-                "token_usage": {"prompt": 0, "completion": 0}, "evidence": [], "reasoning_path": []}
+                "token_usage": {"prompt": 0, "completion": 0}, "evidence": [], "reasoning_path": [],
+                "structured_answer": None}
         if problem:
+            raw = state.get("question")
             out = halt({}, 0, "invalid_input", answer=None, error=problem, config=config)
             return {**base, "question": raw if isinstance(raw, str) else "", **out}
         event = TraceEvent(step=0, action="User_Query", op="push", content=question, stack_depth=1)
         emit(event, config)
-        return {**base, "question": question, "halt_reason": None, "error": None, "answer": None,
-                "answer_validated": False, "path_source": "", "trace": [event]}
+        update = {**base, "question": question, "halt_reason": None, "error": None, "answer": None,
+                  "answer_validated": False, "path_source": "", "trace": [event]}
+        if not last_human_is(state, question):  # the conversation shows what was asked
+            update["messages"] = [HumanMessage(content=question)]
+        return update
 
     def reasoning_path(state: DiffRAGState, config: RunnableConfig, runtime: Runtime) -> dict[str, Any]:
         opts, run_cfg = run_settings(config, runtime)
@@ -1100,7 +1101,7 @@ def build_diffrag_graph(
             calls += 1
             prompt_tokens += sum(count_tokens(message_text(m.content)) for m in messages)
             try:
-                text = message_text(chat.invoke(messages, config=config, **kwargs).content)
+                text = message_text(chat.invoke(messages, config=child_config(config), **kwargs).content)
             except Exception as exc:
                 out = halt(state, step, "model_error", answer=None, error=f"{type(exc).__name__}: {exc}", config=config)
                 return {**out, "steps": step, "llm_calls": state.get("llm_calls", 0) + calls,

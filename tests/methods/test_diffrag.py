@@ -257,7 +257,7 @@ def test_run_recalls_along_the_path_and_answers_from_evidence_with_sources():
     assert "passage diab#0 (Diabetes > Treatment): Metformin is first-line therapy" in answer_prompt
     assert out["llm_calls"] == 2 and out["tool_calls"] == 0 and out["retrievals"] == 2 and out["steps"] == 3
     assert out["token_usage"]["prompt"] > 0 and out["token_usage"]["completion"] > 0
-    assert out["messages"][-1].content == "metformin"
+    assert [(type(m).__name__, m.content) for m in out["messages"]] == [("HumanMessage", Q), ("AIMessage", "metformin")]
     result = RunResult.from_state(out)
     assert result.answer == "metformin" and result.halt_reason == "answered" and result.llm_calls == 2
 
@@ -333,10 +333,16 @@ def test_bad_input_halts_invalid_input_without_calling_the_model(question, why):
     assert model.seen == [] and out["trace"][-1].op == "halt"
 
 
-def test_question_from_messages():
-    graph, _ = _graph(["metformin | treats | type 2 diabetes", "Answer: metformin"])
-    out = graph.invoke({"messages": [HumanMessage(content=Q)]})
-    assert out["question"] == Q and out["answer"] == "metformin"
+def test_question_from_messages_and_a_second_chat_turn():
+    saver = InMemorySaver(serde=checkpoint_serde())
+    graph, _ = _graph(["metformin | treats | type 2 diabetes", "Answer: metformin"], checkpointer=saver)
+    cfg = {"configurable": {"thread_id": "chat"}}
+    out = graph.invoke({"messages": [HumanMessage(content=Q)]}, cfg)
+    assert out["question"] == Q and out["answer"] == "metformin" and len(out["messages"]) == 2
+    follow_up = "Which drug relieves an acute asthma attack?"
+    out = graph.invoke({"messages": [HumanMessage(content=follow_up)]}, cfg)  # newer than the stored question
+    assert out["question"] == follow_up and len(out["messages"]) == 4
+    assert [e.action for e in out["trace"]][0] == "User_Query" and out["trace"][0].content == follow_up
 
 
 class _Broken(BaseChatModel):
