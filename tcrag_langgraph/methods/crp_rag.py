@@ -170,7 +170,9 @@ class CRPState(TypedDict, total=False):
 
 
 # --------------------------------------------------------------------------------------------
-# Prompts (paper appendix A; the reply formats are ours, so replies can be parsed)
+# Prompts (paper appendix A; the reply formats are ours, so replies can be parsed). The appendix's
+# "generated examples" are left out: Qwen2.5-Coder-0.5B copied a concrete example step verbatim
+# into the graph and an example summary into a node's knowledge; forms use <placeholders> instead.
 # --------------------------------------------------------------------------------------------
 
 PROMPT_GENERATE = """Please propose the next reasoning step to answer the given question based on the provided conditions. Requirements:
@@ -182,10 +184,7 @@ Next step: <the next reasoning step, one sentence>
 Final: <yes if this step states the answer to the question, otherwise no>
 
 The question is: {question}
-The known conditions are: {conditions}
-The generated examples are:
-Next step: What class of drug is metformin?
-Final: no"""
+The known conditions are: {conditions}"""
 
 PROMPT_MERGE = """Please merge the information from the multiple given text paragraphs to create a text summary that includes the complete content of all paragraphs. The requirements for the content are:
 1. Summarize and abstract the information commonly mentioned in each paragraph.
@@ -195,23 +194,22 @@ Reply with the merged reasoning step only, in one or two sentences.
 
 The question is: {question}
 The collection of text paragraphs are:
-{paragraphs}
-The generated examples are:
-Find which drug class metformin belongs to and how it lowers blood glucose."""
+{paragraphs}"""
 
 PROMPT_AGGREGATE = """Please merge the relevant knowledge from the multiple search results provided and generate a knowledge summary based on the existing search result content. The content requirements are as follows:
 1. Organize and summarize the knowledge related to the theme in the search results (the points they have in common), and provide relevant concepts and examples of the knowledge.
 2. Organize and summarize the knowledge that is not commonly mentioned in each search result (the points unique to one result) by theme type and list them in bullet points.
 3. When knowledge mentioned in the search results conflicts, judge the rationality of their content based on information such as time, location, and field, and delete unreasonable knowledge. If all conflicting knowledge is unreasonable, delete it all.
 
+Write it in this form:
+Common points: <what several results say>
+Unique points:
+- <what only one result says>
+Conflicts: <what was judged and dropped, or none>
+
 The question is: {step}
 The retrieval results are:
-{results}
-The generated examples are:
-Common points: metformin is a first-line oral drug for type 2 diabetes.
-Unique points:
-- one result adds that it is a biguanide.
-Conflicts: none."""
+{results}"""
 
 PROMPT_REASON = """Please answer the question according to the relevant knowledge.
 The question is: {step}
