@@ -75,6 +75,7 @@ __all__ = [
     "ParsedStep",
     "StepParseError",
     "parse_step",
+    "merged_step",
     "check_dag",
     "select_paths",
     "sufficiency_model_id",
@@ -190,7 +191,8 @@ PROMPT_MERGE = """Please merge the information from the multiple given text para
 1. Summarize and abstract the information commonly mentioned in each paragraph.
 2. Integrate and list the content uniquely mentioned in each paragraph.
 3. Annotate any conflicting information mentioned across the paragraphs.
-Reply with the merged reasoning step only, in one or two sentences.
+Reply with exactly one line:
+Next step: <the merged reasoning step, one or two sentences>
 
 The question is: {question}
 The collection of text paragraphs are:
@@ -310,6 +312,28 @@ def parse_step(text: str) -> ParsedStep:
         repairs.append("no Final line: taken as no")
         final = False
     return ParsedStep(text=step, final=final, repairs=tuple(repairs))
+
+
+def merged_step(text: str) -> Optional[str]:
+    """The step of a merge reply (prompt A.2): its ``Next step:`` line, or ``None`` when it has none.
+
+    Unlike :func:`parse_step` there is no first-line repair: a merge reply without the label is
+    usually a preamble ("To summarize ... as follows:", seen from Qwen2.5-Coder-0.5B), and the caller
+    keeps the original step instead.
+
+    Example:
+        >>> merged_step("Sure.\\nNext step: Find metformin's drug class.")
+        "Find metformin's drug class."
+        >>> merged_step("To summarize the paragraphs, we can write:") is None
+        True
+    """
+    for line in (text or "").splitlines():
+        found = _STEP_LABEL.match(line)
+        if found:
+            step = found.group(1).strip().strip("*_").strip()
+            if sum(ch.isalpha() for ch in step) >= 3:
+                return step[:MAX_STEP_CHARS].rstrip()
+    return None
 
 
 # --------------------------------------------------------------------------------------------
@@ -680,13 +704,17 @@ class _CRPRAG:
                 continue
             group = groups[best]
             before = group["text"]
+            repair = None
             if _normal(parsed.text) != _normal(before):
                 merged = self.ask(counters, [HumanMessage(content=PROMPT_MERGE.format(
                     question=question, paragraphs=f"1. {before}\n2. {parsed.text}"))], config,
                     max_new_tokens=options.max_step_tokens, temperature=cfg.temperature)
-                merged = _first_paragraph(merged)
-                group["text"] = merged if any(ch.isalnum() for ch in merged) else before  # empty merge: keep
-                vectors[best] = self.embed([group["text"]])[0]
+                merged_text = merged_step(merged)
+                if merged_text is None:  # no labelled step (e.g. only a preamble): keep the first step
+                    repair = "no 'Next step:' line in the merge reply: kept the first step"
+                else:
+                    group["text"] = merged_text
+                    vectors[best] = self.embed([group["text"]])[0]
             group["final"] = group["final"] or parsed.final
             if parent is not None and parent not in group["parents"]:
                 group["parents"].append(parent)
@@ -694,7 +722,7 @@ class _CRPRAG:
             self.record(config, events, step=counters["steps"], action="Merge_Nodes", op="pop+push",
                         content=group["text"], nodes=start_id + len(groups), value=best_sim,
                         detail={"merged": [before, parsed.text], "similarity": round(best_sim, 4),
-                                "parents": group["parents"]})
+                                "parents": group["parents"], "repair": repair})
         return [{"id": start_id + i, "text": g["text"], "depth": depth, "parents": sorted(g["parents"]),
                  "final": bool(g["final"]), "expanded": False, "merged_from": g["members"] if len(g["members"]) > 1
                  else [], "knowledge": None, "evidence": [], "reasoning": None, "score": None, "sufficient": None}
@@ -899,11 +927,6 @@ def _conditions(sink: Optional[Mapping[str, Any]], by_id: Mapping[int, Mapping[s
 
 def _normal(text: str) -> str:
     return " ".join(re.sub(r"[^\w\s]", " ", text.lower()).split())
-
-
-def _first_paragraph(text: str) -> str:
-    paragraph = text.strip().split("\n\n", 1)[0].strip()
-    return paragraph[:MAX_STEP_CHARS].rstrip()
 
 
 def build_crp_rag_graph(

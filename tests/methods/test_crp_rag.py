@@ -212,7 +212,7 @@ def test_near_duplicates_merge_with_minilm_and_inherit_every_parent():
              step("Metformin lowers hepatic glucose production.", True), step("Lifestyle change comes first.", True),
              step("Metformin reduces glucose production in the liver.", True),
              step("Sulfonylureas increase insulin secretion.", True)]
-    graph, model, _ = make(steps, merges=["Metformin lowers glucose production in the liver."],
+    graph, model, _ = make(steps, merges=["Here is the merge.\nNext step: Metformin lowers glucose production in the liver."],
                            options=CRPRAGOptions(fan_out=2, max_depth=2, merge_threshold=0.85))
     out = graph.invoke({"question": QUESTION})
     check_dag(out["nodes"])
@@ -230,6 +230,18 @@ def test_near_duplicates_merge_with_minilm_and_inherit_every_parent():
     assert {n["text"] for n in out["nodes"]} >= {"Lifestyle change comes first.", "Sulfonylureas increase insulin secretion."}
     # Four source-to-sink paths, equal scores: the first three by length, then node ids.
     assert out["paths"] == [[0, 2], [0, 3], [1, 2]]
+
+
+def test_a_merge_reply_without_a_step_keeps_the_first_step():
+    graph, model, _ = make([step("Find out which drug class metformin belongs to.", True),
+                            step("Determine which class of drugs metformin belongs to.", True)],
+                           merges=["To summarize and abstract the information, we can write:"],
+                           options=CRPRAGOptions(fan_out=2, max_depth=1))
+    out = graph.invoke({"question": QUESTION})
+    assert [n["text"] for n in out["nodes"]] == ["Find out which drug class metformin belongs to."]
+    assert len(out["nodes"][0]["merged_from"]) == 2 and model.kinds().count("merge") == 1
+    event = next(e for e in out["trace"] if e.action == "Merge_Nodes")
+    assert "kept the first step" in event.detail
 
 
 def test_identical_steps_merge_without_a_model_call():
