@@ -19,8 +19,11 @@ $(STAMP): pyproject.toml
 
 install: $(STAMP)
 
+# One torch thread: on a shared 2-core machine two spinning threads run several times slower
+# (benchmarks/RESULTS.md). ASK_ARGS="--threads 2" on an idle machine.
+ASK_ARGS ?= --threads 1
 ask: $(STAMP)
-	$(BIN)/tcrag ask "$(Q)"
+	$(BIN)/tcrag ask "$(Q)" $(ASK_ARGS)
 
 test: $(STAMP)
 	$(BIN)/python -m pytest

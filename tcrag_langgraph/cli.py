@@ -43,6 +43,13 @@ NOT_FLAGS: dict[str, str] = {
     "require_review": "a run paused for review needs a resume step that this command does not have",
 }
 
+#: Where ``tcrag ask`` differs from TCRAGConfig's (paper) defaults, and why: the paper's 500 new
+#: tokens and 12 steps are for a 32B model. A reply holds one action (generation stops at the next
+#: label) and the packaged 135M model's unusable replies run to the limit; each step costs ~8 CPU
+#: seconds on this 2-core machine, so 64 tokens and 6 steps (then the final Conclusion) keep the
+#: main job near a minute (benchmarks/RESULTS.md, "main job"). The flags set them back.
+ASK_DEFAULTS: dict[str, Any] = {"max_new_tokens": 64, "max_steps": 6}
+
 _CONFIG_PANEL = "Run options (TCRAGConfig)"
 _MODEL_PANEL = "Model, tools and output"
 
@@ -88,7 +95,7 @@ def _flag_for(name: str, field: Any) -> ConfigFlag:
     decls: tuple[str, ...] = (f"--{dashed}",)
     to_value: Callable[[Any], Any] = lambda raw: raw
     metavar = None
-    default = field.get_default(call_default_factory=True)
+    default = ASK_DEFAULTS.get(name, field.get_default(call_default_factory=True))
     shown: Any = default if default is not None else False
     if members == [bool]:
         annotation: Any = bool
@@ -120,7 +127,8 @@ def config_flags() -> list[ConfigFlag]:
 
 
 def config_from_flags(values: dict[str, Any], base: Optional[TCRAGConfig] = None) -> TCRAGConfig:
-    """The run's config: ``base`` (TCRAGConfig's defaults) with the flags that were given applied.
+    """The run's config: ``base`` (default: TCRAGConfig with :data:`ASK_DEFAULTS`) with the flags
+    that were given applied.
 
     A flag that was not given is None here, so only explicit choices override; ``model_fields_set``
     of the result names exactly those. Bad values raise pydantic's ValidationError.
@@ -128,7 +136,7 @@ def config_from_flags(values: dict[str, Any], base: Optional[TCRAGConfig] = None
     given = {flag.field: flag.to_value(values[flag.field]) for flag in config_flags()
              if values.get(flag.field) is not None}
     if base is None:
-        return TCRAGConfig(**given)
+        return TCRAGConfig(**{**ASK_DEFAULTS, **given})
     return base.merged(given)
 
 

@@ -55,13 +55,15 @@ __all__ = ["build_graph", "question_problem", "EVENT_NAME", "NODE_NAMES", "HALT_
 NODE_NAMES = ("Start", "Generate", "Thought", "Plan", "Tool_Use", "Summary", "Backtrack", "Conclusion", "Human_Review")
 HALT_REASONS = tuple(reason.value for reason in HaltReason)
 # Generation stops before the model invents a tool result or a new turn, and at the next action
-# label: one reply holds one action, and a small model no longer spends its token budget writing a
-# whole imagined run (the main cost of `tcrag ask`, benchmarks/main_job.py). Not "\nConclusion:":
-# "Thought: ...\nConclusion: ..." is the paper's own way to conclude and the parser takes that
-# Conclusion. Not "\nTool_Input:": it belongs to the Tool_Use before it.
+# label after a blank line: one reply holds one action, and a small model does not spend its token
+# budget writing an imagined run (benchmarks/main_job.py). The labels need the blank line because
+# the local model's stop check also reads the prompt's last newline: "\nThought:" would end every
+# reply that starts with "Thought:". Not "Conclusion:": "Thought: ...\nConclusion: ..." is the
+# paper's own way to conclude, and the parser takes that Conclusion. Further actions after a single
+# newline are left to the parser (it uses the first).
 STOP_SEQUENCES = ["\nTool_Observation:", "\nObservation:", "\nTool_Error:", "\nUser_Query:", "\nBegin!",
-                  "\nWrite your next action", "\nThought:", "\nPlan:", "\nTool_Use:", "\nSummary:",
-                  "\nBacktrack:"]
+                  "\nWrite your next action", "\n\nThought:", "\n\nPlan:", "\n\nTool_Use:", "\n\nSummary:",
+                  "\n\nBacktrack:"]
 
 
 class _Machine:

@@ -11,7 +11,7 @@ import pytest
 from pydantic import BaseModel, Field
 from typer.testing import CliRunner
 
-from tcrag_langgraph.cli import NOT_FLAGS, _flag_for, app, config_flags, config_from_flags
+from tcrag_langgraph.cli import ASK_DEFAULTS, NOT_FLAGS, _flag_for, app, config_flags, config_from_flags
 from tcrag_langgraph.config import TCRAGConfig
 
 runner = CliRunner()
@@ -84,9 +84,11 @@ def test_flag_shapes_follow_the_field_types():
 
 def test_only_flags_that_were_given_are_set_and_they_override_the_base():
     none_given = {flag.field: None for flag in config_flags()}
-    assert config_from_flags(none_given).model_fields_set == set()
+    defaults = config_from_flags(none_given)
+    assert defaults.model_fields_set == set(ASK_DEFAULTS) and defaults.max_new_tokens == ASK_DEFAULTS["max_new_tokens"]
+    assert config_from_flags({**none_given, "max_new_tokens": 500}).max_new_tokens == 500
     cfg = config_from_flags({**none_given, "max_steps": 3, "enable_summary": False, "answer_format": "yes,no"})
-    assert cfg.model_fields_set == {"max_steps", "enable_summary", "answer_format"}
+    assert cfg.model_fields_set == {"max_steps", "enable_summary", "answer_format", *ASK_DEFAULTS}
     assert (cfg.max_steps, cfg.enable_summary, cfg.answer_format) == (3, False, ("yes", "no"))
     # a flag equal to TCRAGConfig's default still overrides a base that differs (set, not guessed)
     base = TCRAGConfig(metric="uct", max_steps=7)
@@ -165,3 +167,21 @@ def test_real_packaged_model_and_tools_live_view():
     tail = result.stdout[result.stdout.index("Answer:"):]
     assert "Status:" in tail and "Sources:" in tail
     assert "#" in result.stdout[:result.stdout.index("Answer:")]  # at least one live event line
+
+
+def test_readme_field_table_names_every_field_and_its_flag():
+    import re
+    from pathlib import Path
+
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text(encoding="utf-8")
+    rows = [line for line in readme.split("## In your LangChain")[0].splitlines()
+            if line.startswith("| `") and "|" in line[1:]]
+    named = {name for row in rows for name in re.findall(r"`([a-z_]+)`", row.split("|")[1])}
+    assert named == set(TCRAGConfig.model_fields)
+    flags_cell = " ".join(row.split("|")[2] for row in rows)
+    for flag in config_flags():
+        option = flag.parameter.default.param_decls[0].split("/")[0]
+        assert option.removeprefix("--") in flags_cell, option
+    defaults = {name: row.split("|")[3] for row in rows for name in re.findall(r"`([a-z_]+)`", row.split("|")[1])}
+    for name in ("max_steps", "max_new_tokens", "temperature", "max_format_retries"):
+        assert f"{TCRAGConfig.model_fields[name].default:g}" in defaults[name], name
