@@ -179,7 +179,7 @@ def _render_result(console: Console, result: Any) -> None:
                else f"[yellow]NOT validated[/] ({result.halt_reason})")
     console.print()
     console.print(f"[bold]Answer:[/] {escape(result.answer) if result.answer is not None else '(none)'}")
-    if result.structured_answer is not None:
+    if result.structured_answer is not None and result.structured_answer != result.answer:  # asked format
         structured = json.dumps(result.structured_answer, ensure_ascii=False, default=str)
         console.print(f"[bold]Structured answer:[/] {escape(structured)}")
     console.print(f"[bold]Status:[/] {verdict}")
