@@ -37,13 +37,9 @@ from .auth import caller_for_run
 from .config import CALLER_KEY, TCRAGConfig, resolve_config
 from .events import EVENT_NAME, emit
 from .prompting import demonstrations, final_turn_text, message_text, system_prompt, turn_text
-from .result import RunResult
-# The old private names stay importable from here for code written against them.
-from .run_input import child_config as _child_config
-from .run_input import extract_question as _extract_question
-from .run_input import last_human_is as _last_human_is
-from .run_input import question_problem
 from .models import resolve_chat_model
+from .result import RunResult
+from .run_input import child_config, extract_question, last_human_is, question_problem
 from .scoring import MonitorUnavailableError, StateScorer, scorer_for_model
 from .state import Action, ParsedAction, TCRAGState, ToolCallRecord, TraceEvent, render_stack
 from .tools.layer import invoke_tool, is_tool_error
@@ -174,7 +170,7 @@ class _Machine:
             "token_usage": {"prompt": 0, "completion": 0}, "tool_calls": 0, "pending_action": None,
             "structured_answer": None, "final_conclusion": False, "repeated_tool_calls": 0,
         }
-        question, problem = _extract_question(state, cfg)
+        question, problem = extract_question(state, cfg)
         if problem is None:
             try:
                 base["sigma"] = self.sigma(cfg)
@@ -187,7 +183,7 @@ class _Machine:
         t = transitions.start(question, initial_state_value=cfg.initial_state_value, sigma=base["sigma"])
         update = {**base, "question": question, "stack": t.stack,
                   "trace": self.record({**state, **base}, config, t.event)}
-        if not _last_human_is(state, question):
+        if not last_human_is(state, question):
             update["messages"] = [HumanMessage(content=question)]
         return Command(goto="Generate", update=update)
 
@@ -265,9 +261,9 @@ class _Machine:
         if isinstance(model, LocalChatModel):  # only our model takes these per call
             kwargs.update(max_new_tokens=cfg.max_new_tokens, temperature=cfg.temperature)
         try:
-            return model.invoke(messages, config=_child_config(config), **kwargs)
+            return model.invoke(messages, config=child_config(config), **kwargs)
         except TypeError:  # a model that rejects `stop`: observations are still dropped by the parser
-            return model.invoke(messages, config=_child_config(config))
+            return model.invoke(messages, config=child_config(config))
 
     @staticmethod
     def machine(state: TCRAGState) -> Machine:
@@ -311,7 +307,7 @@ class _Machine:
 
     def _call_tool(self, tool: BaseTool, tool_input: Any, cfg: TCRAGConfig, config: RunnableConfig) -> ToolCallRecord:
         """One real call through the tool layer's pipeline (one deadline, one trim, typed errors)."""
-        child = _child_config(config)
+        child = child_config(config)
         # The authenticated server user, else the trusted config's caller; never the client's words.
         caller = caller_for_run(config, base=cfg.caller)
         child["configurable"] = {**child.get("configurable", {}), CALLER_KEY: caller}

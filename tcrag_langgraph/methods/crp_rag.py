@@ -61,7 +61,7 @@ from ..auth import caller_for_run
 from ..config import CALLER_KEY, TCRAGConfig, resolve_config
 from ..events import emit
 # The stack machine's input and config handling, one home for every method of the package.
-from ..graph import _child_config, _extract_question, _last_human_is
+from ..run_input import child_config, extract_question, last_human_is
 from ..prompting import message_text
 from ..result import RunResult
 from ..scoring import StateScorer, scorer_for_model
@@ -539,7 +539,7 @@ class _CRPRAG:
         counters["llm_calls"] += 1
         counters["prompt"] += sum(count_tokens(message_text(m.content)) for m in messages)
         try:
-            reply = self.model.invoke(messages, config=_child_config(config), **kwargs)
+            reply = self.model.invoke(messages, config=child_config(config), **kwargs)
         except Exception as exc:
             raise _RunFailure("model_error", exc) from exc
         text = message_text(reply.content).strip()
@@ -594,12 +594,12 @@ class _CRPRAG:
         }
         counters = self.counters(base)
         events: list[TraceEvent] = []
-        question, problem = _extract_question(state, self.config)
+        question, problem = extract_question(state, self.config)
         try:
             options, cfg = self.settings(config, runtime)
             threshold = _resolve_threshold(options, self.model)
             if problem is None:  # the run's own length limit
-                question, problem = _extract_question(state, cfg)
+                question, problem = extract_question(state, cfg)
         except Exception as exc:  # a bad per-run context or a missing calibration: say so, lose nothing
             problem = problem or f"bad CRP-RAG options: {exc}"
             threshold = None
@@ -607,7 +607,7 @@ class _CRPRAG:
             return self.halt({**state, **base}, config, counters, events, reason="invalid_input", error=problem,
                              extra={**base, "question": None})
         update = {**base, "question": question, "threshold": threshold}
-        if not _last_human_is(state, question):
+        if not last_human_is(state, question):
             update["messages"] = [HumanMessage(content=question)]
         return Command(goto="Expand", update=update)
 
@@ -741,7 +741,7 @@ class _CRPRAG:
         counters = self.counters(state)
         events: list[TraceEvent] = []
         nodes = [dict(n) for n in state["nodes"]]
-        child = _child_config(config)
+        child = child_config(config)
         # The authenticated server user, else the trusted config's caller; never the client's words.
         child["configurable"] = {**child.get("configurable", {}), CALLER_KEY: caller_for_run(config, base=cfg.caller)}
         try:

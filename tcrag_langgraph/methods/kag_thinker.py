@@ -58,7 +58,7 @@ from .. import answer_format
 from ..auth import caller_for_run
 from ..config import CALLER_KEY, TCRAGConfig, resolve_config
 from ..events import emit
-from ..graph import _child_config, _extract_question, _last_human_is
+from ..run_input import child_config, extract_question, last_human_is
 from ..prompting import message_text
 from ..result import RunResult
 from ..scoring import MonitorUnavailableError, scorer_for_model
@@ -893,7 +893,7 @@ class _Solver:
         if isinstance(self.model, LocalChatModel):  # only the packaged model takes these per call
             kwargs.update(max_new_tokens=cfg.max_new_tokens, temperature=cfg.temperature)
         try:
-            reply = self.model.invoke(messages, config=_child_config(config), **kwargs)
+            reply = self.model.invoke(messages, config=child_config(config), **kwargs)
         except Exception as exc:  # a model/server failure ends the run with the reason
             raise _Fault("model_error", f"{type(exc).__name__}: {exc}") from exc
         text = message_text(reply.content)
@@ -1012,13 +1012,13 @@ class _Solver:
                 "tool_calls": 0, "token_usage": {"prompt": 0, "completion": 0}, "trace": [], "answer": None,
                 "structured_answer": None,
                 "answer_validated": False, "halt_reason": None, "error": None}
-        question, problem = _extract_question(state, cfg)
+        question, problem = extract_question(state, cfg)
         if problem is not None:
             return self.halt({**state, **base}, config, reason="invalid_input", answer=None, validated=False,
                              error=problem, extra={**base, "question": None})
         update = {**base, "question": question}
         update["trace"] = self.event(update, config, action="User_Query", content=question)
-        if not _last_human_is(state, question):
+        if not last_human_is(state, question):
             update["messages"] = [HumanMessage(content=question)]
         return Command(goto="Decompose", update=update)
 
@@ -1141,7 +1141,7 @@ class _Solver:
     def retrieve(self, query: str, cfg: TCRAGConfig, options: KAGThinkerOptions,
                  config: RunnableConfig) -> tuple[list[tuple[str, str]], list[dict[str, Any]]]:
         """Call each retrieval tool once through the tool layer; errors are recorded, never evidence."""
-        child = _child_config(config)
+        child = child_config(config)
         caller = caller_for_run(config, base=cfg.caller)  # trusted identity only, never the client's words
         child["configurable"] = {**child.get("configurable", {}), CALLER_KEY: caller}
         names = options.retrieval_tools if options.retrieval_tools is not None else tuple(self.tools)
