@@ -284,7 +284,6 @@ class LocalChatModel(BaseChatModel):
     _calls: int = PrivateAttr(default=0)
     _pool: Optional[PromptKVPool] = PrivateAttr(default=None)
     _pool_lock: threading.Lock = PrivateAttr(default_factory=threading.Lock)
-    _stops: dict[tuple[str, ...], Any] = PrivateAttr(default_factory=dict)
 
     @field_validator("dtype")
     @classmethod
@@ -341,26 +340,6 @@ class LocalChatModel(BaseChatModel):
         """Prompt tokens seen / reused from the cache / prefilled, over this model's calls."""
         return self.kv_pool.stats.as_dict() if self._pool is not None else CacheStats().as_dict()
 
-    def _stop_criteria(self, stops: tuple[str, ...]):
-        """A ``StopStringCriteria`` built once per set of stop strings.
-
-        Building one scans the whole vocabulary (about 1 s for SmolLM2 on 2 cores) and
-        transformers' own cache of it misses on every call here, so ``generate(stop_strings=...)``
-        spent more time on that than on prefilling a cached step. The criteria object is stateless
-        between calls (it only reads ``input_ids``), so sharing it is safe.
-        """
-        with self._pool_lock:
-            found = self._stops.get(stops)
-        if found is None:
-            from transformers import StoppingCriteriaList, StopStringCriteria
-
-            found = StoppingCriteriaList([StopStringCriteria(self.local_model.tokenizer, list(stops))])
-            with self._pool_lock:
-                self._stops[stops] = found
-                while len(self._stops) > 16:
-                    self._stops.pop(next(iter(self._stops)))
-        return found
-
     def _prompt_ids(self, messages: list[BaseMessage]):
         tok = self.local_model.tokenizer
         chat = [{"role": _role(m), "content": message_text(m.content)} for m in messages]
@@ -410,7 +389,7 @@ class LocalChatModel(BaseChatModel):
         else:
             gen_kwargs.update(do_sample=False, temperature=None, top_p=None, top_k=None)
         if stops:
-            gen_kwargs["stopping_criteria"] = self._stop_criteria(tuple(stops))
+            gen_kwargs["stopping_criteria"] = _generated_text_stops(lm.tokenizer, stops, int(input_ids.shape[1]))
         with lm.lock, torch.no_grad():
             if self.seed is not None:
                 # A different but reproducible seed per call, so a re-prompt is not a replay.
@@ -440,6 +419,32 @@ class LocalChatModel(BaseChatModel):
         if lease is not None:
             usage["input_token_details"] = {"cache_read": int(lease.reused)}
         return text.strip(), usage
+
+
+def _generated_text_stops(tokenizer: Any, stops: list[str], prompt_len: int):
+    """Stopping criteria that look at the GENERATED text only.
+
+    transformers' ``StopStringCriteria`` matches the tail of the whole sequence, prompt included: a
+    stop such as ``"\nThought:"`` then fires on the first token when the prompt ends with a newline
+    and the reply starts with ``Thought:``. Decoding the few new tokens each step costs far less than
+    a forward pass, and needs no scan of the vocabulary.
+    """
+    from transformers import StoppingCriteria, StoppingCriteriaList
+
+    longest = max(len(s) for s in stops)
+
+    class _Stops(StoppingCriteria):
+        def __call__(self, input_ids, scores, **kwargs):  # noqa: ANN001 - transformers' signature
+            import torch
+
+            done = []
+            for row in input_ids:
+                # the tail of the reply is enough: a stop string spans at most `longest` characters
+                tail = tokenizer.decode(row[prompt_len:][-(longest + 8):], skip_special_tokens=True)
+                done.append(any(stop in tail for stop in stops))
+            return torch.tensor(done, dtype=torch.bool, device=input_ids.device)
+
+    return StoppingCriteriaList([_Stops()])
 
 
 def _cut_at_stop(text: str, stops: list[str]) -> str:

@@ -368,7 +368,7 @@ def test_seeded_sampling_is_unchanged_by_the_cache(lm):
     assert a.kv_cache_stats["reused_tokens"] > 0
 
 
-def test_stop_strings_end_generation_and_their_criteria_are_built_once(lm):
+def test_stop_strings_end_generation(lm):
     from tcrag_langgraph.models import LocalChatModel
 
     chat = LocalChatModel(max_new_tokens=40, temperature=0.0)
@@ -379,4 +379,20 @@ def test_stop_strings_end_generation_and_their_criteria_are_built_once(lm):
     assert "\n" not in stopped.content
     # generation itself stopped at the newline (not just the text cut afterwards)
     assert stopped.usage_metadata["output_tokens"] < free.usage_metadata["output_tokens"]
-    assert chat._stop_criteria(("\n",)) is chat._stop_criteria(("\n",))
+
+
+def test_a_stop_string_is_matched_in_the_reply_only_never_across_the_prompt(lm):
+    """The prompt ends with a newline; a reply starting with "Thought:" must not stop at once on
+    "\nThought:" (the newline belongs to the prompt)."""
+    from tcrag_langgraph.models import LocalChatModel
+
+    chat = LocalChatModel(max_new_tokens=30, temperature=0.0)
+    messages = [HumanMessage(content="Reply with 'Thought: ' and then one sentence about scurvy.")]
+    free = chat.invoke(messages)
+    first_word = free.content.split()[0]
+    stop = "\n" + first_word
+    assert stop not in free.content  # the reply never has it after one of its own newlines...
+    stopped = chat.invoke(messages, stop=[stop])
+    # ...so generation must run exactly as without the stop (the old criteria stopped at token 1)
+    assert stopped.content == free.content
+    assert stopped.usage_metadata["output_tokens"] == free.usage_metadata["output_tokens"]
