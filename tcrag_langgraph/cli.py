@@ -204,13 +204,6 @@ def _quiet_library_progress() -> None:
         pass
 
 
-def result_dict(state: dict[str, Any]) -> dict[str, Any]:
-    """The machine-readable result of a run (what ``tcrag ask --json`` prints)."""
-    from .result import RunResult
-
-    return RunResult.from_state(state).to_json_dict()
-
-
 # ----- tcrag ask -----
 def ask(
     question: str = typer.Argument(..., help="The question to answer."),

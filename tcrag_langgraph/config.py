@@ -35,7 +35,8 @@ class TCRAGConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid", validate_assignment=True)
 
-    metric: Literal["cppl", "uct"] = "cppl"
+    metric: Literal["cppl", "uct"] = Field(
+        default="cppl", description="State value: cppl (conditional perplexity, eq. 2) or uct (uncertainty, eq. 3).")
     sigma: Optional[Union[Annotated[float, Field(gt=0)], Literal["auto"]]] = Field(
         default=None,
         description="Halting threshold; None = paper default for the metric; 'auto' = the model's stored "
@@ -43,21 +44,22 @@ class TCRAGConfig(BaseModel):
     )
     initial_state_value: float = Field(default=1e9, gt=0, description="The 'large value' the state starts at.")
     max_steps: int = Field(default=12, ge=1, le=1000, description="Actions applied before the run halts unvalidated.")
-    max_new_tokens: int = Field(default=500, ge=1, le=8192)
-    temperature: float = Field(default=0.6, ge=0.0, le=5.0)
+    max_new_tokens: int = Field(default=500, ge=1, le=8192, description="Tokens the model may write per reply.")
+    temperature: float = Field(default=0.6, ge=0.0, le=5.0, description="Sampling temperature (0 = greedy).")
     unlabeled_text: Literal["thought", "reprompt"] = Field(
         default="thought", description="Prose with no action label: keep it as a Thought, or re-prompt."
     )
     max_format_retries: int = Field(default=2, ge=0, le=20, description="Re-prompts after unparseable output, per step.")
-    max_question_chars: int = Field(default=20_000, ge=1)
+    max_question_chars: int = Field(default=20_000, ge=1, description="Longer questions are refused.")
     max_observation_tokens: int = Field(default=512, ge=16, description="Tool output is trimmed to this many tokens.")
     tool_timeout_s: float = Field(default=60.0, gt=0, le=3600, description="Hard limit on one tool call.")
-    enable_backtrack: bool = True
-    enable_summary: bool = True
-    enable_state_monitor: bool = True
+    enable_backtrack: bool = Field(default=True, description="Offer Backtrack (ablation switch).")
+    enable_summary: bool = Field(default=True, description="Offer Summary (ablation switch).")
+    enable_state_monitor: bool = Field(
+        default=True, description="Halt only when the state value falls below sigma; off: on the model's own Conclusion.")
     require_review: bool = Field(default=False, description="Pause for human approval before a Conclusion is accepted.",
                                  json_schema_extra={"per_request": False})
-    language: Literal["en", "zh"] = "en"
+    language: Literal["en", "zh"] = Field(default="en", description="Prompt language.")
     few_shot: bool = Field(default=True, description="Show worked examples of the action format before the stack.")
     answer_format: Optional[Union[tuple[str, ...], SkipJsonSchema[type[BaseModel]]]] = Field(
         default=None,
