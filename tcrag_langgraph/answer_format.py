@@ -113,17 +113,23 @@ def _check_choices(choices: tuple[str, ...], text: str) -> tuple[Optional[str], 
         word = head.group(1).casefold()
         leading = [c for c in choices if c.casefold() == word]
         rest = cleaned[head.end():]
-        # "B) Aorta" / "B. Aorta" / "B: Aorta": what follows the label is the option's text.
+        # "B) Aorta" / "B. Aorta" / "Yes, because ...": a label or a word set off by punctuation.
+        # "No idea" / "Yes it might" are not answers that lead with a choice.
         labelled = bool(re.match(r"\s*[).:]", rest))
+        set_off = not rest.strip() or bool(re.match(r"\s*[,;!\-–—]", rest)) or labelled
         first_sentence = re.split(r"[.;\n]", rest, maxsplit=1)[0]
         others = [] if labelled else [c for c in _mentions(choices, first_sentence) if c not in leading]
-        if len(leading) == 1 and not others:
+        if len(leading) == 1 and set_off and not others:
             return leading[0], None
         if leading and others:
             return None, f"the answer must be exactly one of {allowed}; it names {', '.join([*leading, *others])}"
+    # "... the answer is B." / "..., so: yes." — a choice stated as the answer, or closing the text.
+    stated = [c for c in choices if re.search(
+        rf"(?:answer|conclusion)\s*(?:is|:)\s*\(?{re.escape(c)}\)?(?![\w])|(?<![\w]){re.escape(c)}\s*[.!]*\s*$",
+        cleaned, flags=0 if len(c) == 1 else re.IGNORECASE)]
+    if len(stated) == 1:
+        return stated[0], None
     named = _mentions(choices, cleaned)
-    if len(named) == 1 and len(cleaned) <= 200:
-        return named[0], None
     if len(named) > 1:
         return None, f"the answer must be exactly one of {allowed}; it names {', '.join(named)}"
     return None, f"the answer must be exactly one of {allowed}"

@@ -204,9 +204,10 @@ def _messages(stack, *, few_shot=True):
 
 
 def _ids(lm, messages):
-    from tcrag_langgraph.models import _role, _text
+    from tcrag_langgraph.models import _role
+    from tcrag_langgraph.prompting import message_text
 
-    chat = [{"role": _role(m), "content": _text(m.content)} for m in messages]
+    chat = [{"role": _role(m), "content": message_text(m.content)} for m in messages]
     return lm.tokenizer.apply_chat_template(chat, add_generation_prompt=True, tokenize=True, return_dict=True)["input_ids"]
 
 
