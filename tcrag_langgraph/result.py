@@ -46,6 +46,7 @@ class RunResult(BaseModel):
     steps: int = 0
     llm_calls: int = 0
     tool_calls: int = 0
+    repeated_tool_calls: int = Field(default=0, description="Identical tool calls refused (not run again).")
     token_usage: dict[str, int] = Field(default_factory=dict)
     sources: list[Source] = Field(default_factory=list)
     stack: list[Frame] = Field(default_factory=list)
@@ -74,6 +75,7 @@ class RunResult(BaseModel):
             steps=state.get("steps") or 0,
             llm_calls=state.get("llm_calls") or 0,
             tool_calls=state.get("tool_calls") or 0,
+            repeated_tool_calls=state.get("repeated_tool_calls") or 0,
             token_usage=dict(state.get("token_usage") or {}),
             sources=sources,
             stack=stack,

@@ -33,6 +33,7 @@ import zlib
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping, Optional, Sequence
 
+from ..result import RunResult
 from .datasets import QARecord, answer_format_for, format_question, structured_letters
 from .efficiency import COST_FIELDS, UsageMeter, mean_costs, question_cost
 from .metrics import bleu, extract_choice_letters, extract_yes_no_maybe, rouge_l_recall, squad_exact_match, token_f1
@@ -250,8 +251,9 @@ def _run_one(
         error = f"{type(exc).__name__}: {exc}"
     wall = time.perf_counter() - start
     cost = question_cost(output, meter, wall_time_s=wall)
-    answer = output.get("answer")
-    structured = _json_ready(output.get("structured_answer"))
+    result = RunResult.from_state(output)  # every method's final state read the one way
+    answer = result.answer
+    structured = _json_ready(result.structured_answer)
     row: dict[str, Any] = {
         "method": method,
         "id": record.id,
@@ -260,13 +262,13 @@ def _run_one(
         "answer": answer,
         "structured_answer": structured,
         **score_answer(record, answer, structured),
-        "validated": bool(output.get("answer_validated", False)),
-        "halt_reason": output.get("halt_reason"),
+        "validated": result.answer_validated,
+        "halt_reason": result.halt_reason,
         "state_value": _final_value(output),
-        "error": error or output.get("error"),
+        "error": error or result.error,
         "seed": seed,
-        "repeated_executed_calls": repeated_executed_calls(output.get("trace")),
-        "repeated_refused_calls": int(output.get("repeated_tool_calls") or 0),
+        "repeated_executed_calls": repeated_executed_calls(result.trace),
+        "repeated_refused_calls": result.repeated_tool_calls,
         **cost.to_dict(),
     }
     if poison is not None:
