@@ -64,8 +64,10 @@ def instructions(fmt: Optional[AnswerFormat]) -> str:
 def check(fmt: Optional[AnswerFormat], text: str) -> tuple[Any, Optional[str]]:
     """``(structured answer, None)`` when ``text`` fits ``fmt``, else ``(None, what is wrong)``.
 
-    Without a format every text fits and the structured answer is the text itself.
+    Without a format every text fits and the structured answer is the text itself. ``fmt`` may be
+    given as a user would (a list of answers); it is normalised by :func:`validate_format`.
     """
+    fmt = validate_format(fmt)
     if fmt is None:
         return text, None
     if isinstance(fmt, tuple):

@@ -15,6 +15,9 @@ Example:
     >>> out = graph.invoke({"question": "Is aspirin an NSAID?"})
     >>> out["answer"], out["answer_validated"], out["halt_reason"]
     ('yes', True, 'validated')
+
+Why one module of this size: every node is a short adapter over one ``_Machine`` (score, apply a rule
+of :mod:`.transitions`, emit); the rules themselves live in :mod:`.transitions`.
 """
 
 from __future__ import annotations

@@ -9,6 +9,9 @@ loads take about a second. Nothing is ever downloaded: loading is forced offline
 :func:`resolve_chat_model` turns ``None`` (the packaged model), a path (transformers folder or
 ``.gguf``), a LangChain ``"provider:model"`` string (``init_chat_model``) or a chat model into a
 chat model. Local models take ``device`` and ``dtype``.
+
+Why one module of this size: loading (folders, GGUF conversion and its cache), the local chat model and
+model-name resolution share the cache and the loaded-model type.
 """
 
 from __future__ import annotations

@@ -49,6 +49,10 @@ Example (the scripted model is a testing/demo hook, not a language model)::
 Command line: ``tcrag serve --host 127.0.0.1 --port 8000`` (real packaged model),
 ``tcrag serve --users-file users.json`` (authentication), or ``tcrag serve --scripted script.json``
 (scripted demo model, see :mod:`tcrag_langgraph.testing`).
+
+Why one module of this size: the LangServe routes, the guards around them (token auth, Host allow-list,
+body limits, thread scoping, the bounded store) and the ``tcrag serve`` command are one face; each guard
+is only meaningful around these routes.
 """
 
 from __future__ import annotations

@@ -26,6 +26,9 @@ Example:
     A. Vena cava
     B. Aorta
     Answer with the letter of the correct option.
+
+Why one module of this size: the loaders of the supported datasets and the question formatting and
+answer formats they share.
 """
 
 from __future__ import annotations

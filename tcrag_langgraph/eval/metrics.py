@@ -21,6 +21,9 @@ Example:
     'maybe'
     >>> round(token_f1("the cat sat", ["a cat sat down"]), 3)
     0.8
+
+Why one module of this size: every metric of the paper's tables, each small and tested against a
+reference library; one file keeps one table's definitions side by side.
 """
 
 from __future__ import annotations

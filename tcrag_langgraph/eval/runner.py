@@ -17,6 +17,9 @@ Example:
     >>> rows = run_evaluation(recs, methods, progress=False)
     >>> rows[0]["correct"], summarize(rows)[0]["accuracy"]
     (True, 1.0)
+
+Why one module of this size: running, resuming, scoring and summarising an evaluation share one row
+schema; splitting them would spread that schema over several files.
 """
 
 from __future__ import annotations
