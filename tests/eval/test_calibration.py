@@ -79,7 +79,6 @@ def test_calibrate_summary():
 
 import json  # noqa: E402
 
-import typer  # noqa: E402
 from typer.testing import CliRunner  # noqa: E402
 
 from tcrag_langgraph.config import TCRAGConfig  # noqa: E402
@@ -168,28 +167,6 @@ def test_config_sigma_accepts_auto_and_numbers_only():
     for bad in ("automatic", True, 0, -1.0, float("nan"), "inf"):
         with pytest.raises(ValueError):
             TCRAGConfig(sigma=bad)
-
-
-@pytest.fixture
-def app():
-    from tcrag_langgraph.eval.cli import register
-
-    app = typer.Typer()
-
-    @app.callback()
-    def _group() -> None:
-        """test group"""
-
-    register(app)
-    return app
-
-
-@pytest.fixture
-def data(tmp_path):
-    rows = [{"id": f"q{i}", "question": f"Is drug {i} safe?", "answer": "yes" if i % 2 == 0 else "no"} for i in range(6)]
-    path = tmp_path / "yn.jsonl"
-    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
-    return path
 
 
 def test_calibrate_command_stores_what_sigma_auto_loads(app, data, tmp_path, cache):

@@ -5,32 +5,10 @@ from __future__ import annotations
 import json
 
 import pytest
-import typer
 from typer.testing import CliRunner
 
-from tcrag_langgraph.eval.cli import register
 
 H = "tests.eval.helpers"
-
-
-@pytest.fixture
-def app():
-    app = typer.Typer()
-
-    @app.callback()
-    def _group() -> None:
-        """test group"""
-
-    register(app)
-    return app
-
-
-@pytest.fixture
-def data(tmp_path):
-    rows = [{"id": f"q{i}", "question": f"Is drug {i} safe?", "answer": "yes" if i % 2 == 0 else "no"} for i in range(6)]
-    path = tmp_path / "yn.jsonl"
-    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
-    return path
 
 
 def test_eval_writes_results_summary_and_plot(app, data, tmp_path):
