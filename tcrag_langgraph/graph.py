@@ -333,6 +333,15 @@ class _Machine:
     ]:
         cfg = self.cfg(config, runtime)
         content = state["pending_action"].content
+        earlier = (transitions.rejected_conclusion(state.get("trace", []), content)
+                   if cfg.enable_state_monitor and not state.get("final_conclusion") else None)
+        if earlier is not None:  # the same text would get the same value: halt instead of looping
+            t = transitions.repeated_conclusion(self.machine(state), content, earlier)
+            update = self.apply(state, config, t)
+            update["structured_answer"] = answer_format.fit(cfg.answer_format, t.answer or "")
+            return self.halt({**state, **update}, config, reason=t.halt, answer=t.answer, validated=False,
+                             error=f"the model wrote again the Conclusion the state monitor rejected at step "
+                                   f"{earlier.step}; not validated", extra=update)
         try:
             score = self.monitor(state, cfg, content)
         except Exception as exc:

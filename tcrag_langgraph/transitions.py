@@ -34,7 +34,7 @@ import json
 import re
 from dataclasses import dataclass, replace
 from enum import Enum
-from typing import Any, Optional
+from typing import Any, Optional, Sequence
 
 from .state import Action, Frame, StackError, ToolCallRecord, TraceEvent, pop, push, replace_top
 from .tools.tokens import count_tokens
@@ -52,6 +52,8 @@ __all__ = [
     "conclusion",
     "review_reject",
     "final_conclusion",
+    "rejected_conclusion",
+    "repeated_conclusion",
     "repeated_call",
     "refuse_repeated_call",
     "unverified_answer",
@@ -64,6 +66,7 @@ class HaltReason(str, Enum):
     VALIDATED = "validated"  # Conclusion accepted with state value < sigma
     CONCLUSION_UNMONITORED = "conclusion_unmonitored"  # monitor off: the model's own Conclusion
     MAX_STEPS = "max_steps"  # step budget spent; the answer is unverified
+    REPEATED_CONCLUSION = "repeated_conclusion"  # a Conclusion the monitor rejected, written again
     FORMAT_ERROR = "format_error"  # no parseable action after the allowed re-prompts
     MODEL_ERROR = "model_error"  # the chat model raised
     SCORER_ERROR = "scorer_error"  # the state monitor could not score
@@ -99,7 +102,7 @@ class Transition:
         spent) the top-most text the model wrote; ``None`` while the run goes on."""
         if self.halt in (HaltReason.VALIDATED, HaltReason.CONCLUSION_UNMONITORED):
             return self.stack[-1].content
-        if self.halt is HaltReason.MAX_STEPS:
+        if self.halt in (HaltReason.MAX_STEPS, HaltReason.REPEATED_CONCLUSION):
             return unverified_answer(self.stack)
         return None
 
@@ -225,6 +228,10 @@ def final_conclusion(m: Machine, content: str, *, score: Optional[float]) -> Tra
     return replace(t, halt=HaltReason.MAX_STEPS)
 
 
+def _normalised_text(text: str) -> str:
+    return re.sub(r"[\W_]+", " ", text.casefold()).strip()
+
+
 def _normalised_input(tool_input: Any) -> str:
     if isinstance(tool_input, str):
         text = tool_input
@@ -233,7 +240,33 @@ def _normalised_input(tool_input: Any) -> str:
             text = json.dumps(tool_input, sort_keys=True, ensure_ascii=False, default=str)
         except (TypeError, ValueError):
             text = str(tool_input)
-    return re.sub(r"[\W_]+", " ", text.casefold()).strip()
+    return _normalised_text(text)
+
+
+def rejected_conclusion(trace: Sequence[TraceEvent], content: str) -> Optional[TraceEvent]:
+    """The trace event of an earlier Conclusion the monitor rejected with the same text (equal after
+    normalising case, spacing and punctuation), if any."""
+    key = _normalised_text(content)
+    for event in trace:
+        if event.action == Action.CONCLUSION.value and event.op == "reject" and _normalised_text(event.content) == key:
+            return event
+    return None
+
+
+def repeated_conclusion(m: Machine, content: str, earlier: TraceEvent) -> Transition:
+    """The model wrote again a Conclusion the monitor already rejected at ``earlier``.
+
+    Its state value depends only on its own text and the User_Query (eq. 2 and 3), so scoring it
+    again would reject it again, and a model that repeats itself under greedy decoding keeps doing
+    so until the budget is spent. The run halts here, unvalidated, with this Conclusion as its
+    answer: the same outcome as at the budget, without spending it.
+    """
+    step = m.steps + 1
+    frame = _frame(Action.THOUGHT, content, step, before=m.state_value, after=m.state_value)
+    return _step(m, push(m.stack, frame), m.state_value, "Conclusion", "reject", content=content,
+                 detail=f"repeated: the same Conclusion was rejected at step {earlier.step} "
+                        f"({earlier.state_value:.4g} >= sigma {m.sigma:g}); not scored again",
+                 halt=HaltReason.REPEATED_CONCLUSION)
 
 
 def repeated_call(stack: list[Frame], tool: str, tool_input: Any) -> Optional[Frame]:

@@ -158,8 +158,24 @@ def test_budget_exhaustion_is_flagged_not_validated():
 
 
 def test_budget_hit_with_high_conclusions_never_passes_them_off():
-    out, _, _ = run(["Conclusion: Insulin"], scorer=ScriptedScorer(default=99.0), max_steps=2)
+    out, _, _ = run(["Conclusion: Insulin", "Conclusion: Metformin", "Conclusion: Diet"],
+                    scorer=ScriptedScorer(default=99.0), max_steps=2)
     assert out["halt_reason"] == "max_steps" and out["answer_validated"] is False
+    assert out["answer"] == "Diet"
+
+
+def test_a_rejected_conclusion_written_again_halts_without_rescoring():
+    # eq. 2 conditions only on the User_Query: the same text would score the same, so looping on it
+    # until the budget is spent cannot validate it (seen with Qwen-0.5B: "Conclusion: yes." x6)
+    scorer = ScriptedScorer(default=99.0)
+    out, model, _ = run(["Conclusion: Insulin", "Thought: hmm", "Conclusion: insulin!"], scorer=scorer, max_steps=8)
+    assert out["halt_reason"] == "repeated_conclusion" and out["answer_validated"] is False
+    assert out["answer"] == "insulin!" and len(model.seen) == 3
+    assert out["trace"][-2].op == "reject" and "rejected at step 1" in out["trace"][-2].detail
+    assert "rejected at step 1" in out["error"]
+    assert [c for c in scorer.calls if "nsulin" in c[1]] == [scorer.calls[0]]  # scored once, not twice
+    assert out["messages"][-1].response_metadata["answer_validated"] is False
+
 
 
 @pytest.mark.parametrize("switch,action", [("enable_backtrack", "Backtrack"), ("enable_summary", "Summary")])
@@ -183,7 +199,7 @@ def test_ablation_without_state_monitor_halts_on_the_models_conclusion():
     assert out["answer"] == "Insulin"
     assert out["halt_reason"] == "conclusion_unmonitored" and out["answer_validated"] is False
     with_monitor, _, _ = run(["Thought: hmm", "Conclusion: Insulin"], scorer=ScriptedScorer(default=99.0), max_steps=4)
-    assert with_monitor["halt_reason"] == "max_steps"
+    assert with_monitor["halt_reason"] == "repeated_conclusion" and with_monitor["answer_validated"] is False
 
 
 def test_format_error_reprompts_with_the_error_then_recovers():
@@ -278,7 +294,7 @@ def test_messages_input_works_as_a_chat_agent():
 def test_runtime_context_overrides_sigma_and_metric():
     scorer = ScriptedScorer({"Metformin": 15.0})
     graph = build_graph(model=scripted(["Conclusion: Metformin"]), scorer=scorer, config=TCRAGConfig(max_steps=2))
-    assert graph.invoke({"question": Q})["halt_reason"] == "max_steps"  # 15 >= default sigma 10
+    assert graph.invoke({"question": Q})["halt_reason"] == "repeated_conclusion"  # 15 >= default sigma 10
     out = graph.invoke({"question": Q}, context={"sigma": 20.0, "metric": "uct"})
     assert out["halt_reason"] == "validated" and out["sigma"] == 20.0 and out["metric"] == "uct"
     assert scorer.calls[-1][2] == "uct"
