@@ -123,6 +123,48 @@ def resolve_scorer(spec: str, model: Any) -> Any:
     return load_factory(spec)
 
 
+def _sigma_option(value: str, metric: str, model: Any) -> float:
+    """``--sigma-cppl/--sigma-uct``: a number, or ``auto`` for the sigma stored for this model by
+    ``tcrag calibrate`` (resolved once here, so every question and the saved settings use the number)."""
+    if value.strip().lower() == "auto":
+        from ..config import TCRAGConfig
+        from ..models import chat_model_id
+        from .calibration import CalibrationNotFoundError, resolve_sigma
+
+        try:
+            return float(resolve_sigma(TCRAGConfig(metric=metric, sigma="auto"), chat_model_id(model)))
+        except (ValueError, CalibrationNotFoundError) as exc:
+            raise typer.BadParameter(str(exc), param_hint=f"--sigma-{metric}") from exc
+    try:
+        number = float(value)
+    except ValueError:
+        raise typer.BadParameter(f"{value!r} is neither a number nor auto", param_hint=f"--sigma-{metric}") from None
+    if not number > 0 or number != number or number == float("inf"):
+        raise typer.BadParameter(f"sigma must be a positive finite number, got {value}", param_hint=f"--sigma-{metric}")
+    return number
+
+
+def _indexed_documents(names: list[str], tools: str, records: list[Any], exclude_eval_docs: bool) -> Optional[list[Any]]:
+    """What a method that indexes documents itself (DiffRAG) reads, matching what ``--tools docs``
+    gives the other methods: the evaluated questions' own abstracts (their gold evidence; a smaller
+    haystack than the tool's whole corpus, since every passage costs one LLM call to index), or,
+    with ``--exclude-eval-docs``, as many other packaged abstracts. ``None`` (its default) without
+    the docs tool or without such a method."""
+    from .methods import METHODS
+
+    if not any(METHODS[n].indexes_documents for n in names):
+        return None
+    if "docs" not in [p.strip() for p in tools.split(",")]:
+        return None
+    from ..methods.diffrag import packaged_documents
+
+    ids = [r.id for r in records]
+    passages = 8 * max(1, len(ids))  # an abstract has 3-5 sections
+    if exclude_eval_docs:
+        return packaged_documents(max_passages=passages, exclude_ids=ids)[: len(ids)]
+    return packaged_documents(max_passages=passages, ids=ids)
+
+
 def _split_methods(values: list[str]) -> list[str]:
     from .methods import METHOD_NAMES
 
@@ -177,8 +219,9 @@ def register(app: typer.Typer) -> None:
         tools: str = typer.Option("none", help="none, default, docs, web (comma-separated) or module:callable"),
         exclude_eval_docs: bool = typer.Option(False, help="docs tool: drop the evaluated questions' own abstracts"),
         scorer: str = typer.Option("local", help="local or module:callable (state monitor)"),
-        sigma_cppl: Optional[float] = typer.Option(None, help="sigma for cppl (default: paper's 10)"),
-        sigma_uct: Optional[float] = typer.Option(None, help="sigma for uct (default: paper's 20)"),
+        sigma_cppl: Optional[str] = typer.Option(None, help="sigma for cppl: a number, or auto (the model's "
+                                                 "stored calibration, tcrag calibrate); default: paper's 10"),
+        sigma_uct: Optional[str] = typer.Option(None, help="sigma for uct: a number or auto; default: paper's 20"),
         max_steps: int = typer.Option(12, min=1),
         max_new_tokens: int = typer.Option(500, min=1),
         temperature: float = typer.Option(0.6, min=0.0),
@@ -211,10 +254,12 @@ def register(app: typer.Typer) -> None:
             controller = PoisonController(bank, mode=attack, kind=noise, seed=seed,  # type: ignore[arg-type]
                                           max_tokens=cfg.max_observation_tokens)
             tool_list = poison_tools(tool_list, controller)
-        needs_scorer = any(METHODS[n].kind == "tcrag" for n in names)
+        needs_scorer = any(METHODS[n].uses_scorer for n in names)
         state_scorer = resolve_scorer(scorer, chat) if needs_scorer else None
-        sigmas = {k: v for k, v in (("cppl", sigma_cppl), ("uct", sigma_uct)) if v is not None}
-        graphs = build_methods(names, model=chat, tools=tool_list, scorer=state_scorer, config=cfg, sigmas=sigmas)
+        sigmas = {k: _sigma_option(v, k, chat) for k, v in (("cppl", sigma_cppl), ("uct", sigma_uct)) if v is not None}
+        documents = _indexed_documents(names, tools, records, exclude_eval_docs)
+        graphs = build_methods(names, model=chat, tools=tool_list, scorer=state_scorer, config=cfg, sigmas=sigmas,
+                               documents=documents)
         settings = {
             "dataset": dataset, "split": split, "context": context, "long_answers": long_answers, "limit": limit,
             "model": model, "tools": tools, "exclude_eval_docs": exclude_eval_docs, "scorer": scorer,

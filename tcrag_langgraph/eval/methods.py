@@ -69,6 +69,11 @@ class MethodSpec:
     kind: str  # "direct" (Base/CoT/SR-RAG graphs), "tcrag" (build_graph) or "graph" (a method module)
     overrides: Mapping[str, Any] = field(default_factory=dict)
     uses_tools: bool = True
+    #: reads log-probs from the state scorer (the state monitor, CRP-RAG's sufficiency test,
+    #: KAG-Thinker's likelihood test), so ``tcrag eval --scorer`` applies to it
+    uses_scorer: bool = False
+    #: builds its own index from documents (``documents=`` of its builder) instead of calling tools
+    indexes_documents: bool = False
     #: for kind "graph": "module:function" under tcrag_langgraph.methods, called as
     #: ``function(model=..., tools=..., scorer=..., config=TCRAGConfig)`` -> compiled graph
     builder: Optional[str] = None
@@ -87,14 +92,16 @@ METHODS: dict[str, MethodSpec] = {
             "tcrag",
             {"enable_backtrack": False, "enable_summary": False, "enable_state_monitor": False},
         ),
-        MethodSpec("tcrag-cppl", "TC-RAG-cppl", "Ours", "tcrag", {"metric": "cppl"}),
-        MethodSpec("tcrag-uct", "TC-RAG-uct", "Ours", "tcrag", {"metric": "uct"}),
-        MethodSpec("wo-backtrack", "w/o Backtrack", "Ablations", "tcrag", {"enable_backtrack": False}),
-        MethodSpec("wo-summary", "w/o Summary", "Ablations", "tcrag", {"enable_summary": False}),
+        MethodSpec("tcrag-cppl", "TC-RAG-cppl", "Ours", "tcrag", {"metric": "cppl"}, uses_scorer=True),
+        MethodSpec("tcrag-uct", "TC-RAG-uct", "Ours", "tcrag", {"metric": "uct"}, uses_scorer=True),
+        MethodSpec("wo-backtrack", "w/o Backtrack", "Ablations", "tcrag", {"enable_backtrack": False}, uses_scorer=True),
+        MethodSpec("wo-summary", "w/o Summary", "Ablations", "tcrag", {"enable_summary": False}, uses_scorer=True),
         MethodSpec("wo-monitor", "w/o State Monitor", "Ablations", "tcrag", {"enable_state_monitor": False}),
-        MethodSpec("crp-rag", "CRP-RAG", "Papers", "graph", builder="crp_rag:build_crp_rag_graph"),
-        MethodSpec("diffrag", "TCM-DiffRAG", "Papers", "graph", builder="diffrag:build_diffrag_graph"),
-        MethodSpec("kag-thinker", "KAG-Thinker", "Papers", "graph", builder="kag_thinker:build_kag_thinker_graph"),
+        MethodSpec("crp-rag", "CRP-RAG", "Papers", "graph", builder="crp_rag:build_crp_rag_graph", uses_scorer=True),
+        MethodSpec("diffrag", "TCM-DiffRAG", "Papers", "graph", builder="diffrag:build_diffrag_graph",
+                   indexes_documents=True),
+        MethodSpec("kag-thinker", "KAG-Thinker", "Papers", "graph", builder="kag_thinker:build_kag_thinker_graph",
+                   uses_scorer=True),
     )
 }
 METHOD_NAMES: tuple[str, ...] = tuple(METHODS)
@@ -271,11 +278,14 @@ def build_method(
     scorer: Any = None,
     config: Optional[TCRAGConfig] = None,
     sigmas: Optional[Mapping[str, float]] = None,
+    documents: Optional[Sequence[Any]] = None,
 ):
     """A compiled graph for method ``name`` (see the module table).
 
     ``config`` is the shared base configuration (max_steps, max_new_tokens, temperature, ...);
-    ``scorer`` the state monitor for the TC-RAG variants (``None`` = the local LM scorer).
+    ``scorer`` the state monitor for the TC-RAG variants (``None`` = the local LM scorer);
+    ``documents`` what a method that indexes documents itself (DiffRAG) reads instead of calling
+    tools (``None``: its default); the other methods ignore it.
     """
     spec = _spec(name)
     if not isinstance(model, BaseChatModel):
@@ -286,7 +296,12 @@ def build_method(
     if spec.kind == "graph":
         module_name, _, function = (spec.builder or "").partition(":")
         build = getattr(importlib.import_module(f"tcrag_langgraph.methods.{module_name}"), function)
-        return build(model=model, tools=list(tools), scorer=scorer, config=base)
+        extra: dict[str, Any] = {}
+        if spec.indexes_documents and documents is not None:
+            # documents chosen by the caller are read whole (the builder's default cap is for its
+            # own default corpus)
+            extra = {"documents": documents, "options": {"max_passages": 5000}}
+        return build(model=model, tools=list(tools), scorer=scorer, config=base, **extra)
     cfg = tcrag_config_for(name, config=base, sigmas=sigmas)
     return build_graph(model=model, tools=list(tools), scorer=scorer, config=cfg, name=name)
 
@@ -299,12 +314,13 @@ def build_methods(
     scorer: Any = None,
     config: Optional[TCRAGConfig] = None,
     sigmas: Optional[Mapping[str, float]] = None,
+    documents: Optional[Sequence[Any]] = None,
 ) -> dict[str, Any]:
-    """``{name: graph}`` for several methods sharing one model, tool list and scorer."""
+    """``{name: graph}`` for several methods sharing one model, tool list, scorer and documents."""
     unknown = [n for n in names if n not in METHODS]
     if unknown:
         raise ValueError(f"unknown methods {unknown}; choose from {', '.join(METHOD_NAMES)}")
     return {
-        n: build_method(n, model=model, tools=tools, scorer=scorer, config=config, sigmas=sigmas)
+        n: build_method(n, model=model, tools=tools, scorer=scorer, config=config, sigmas=sigmas, documents=documents)
         for n in dict.fromkeys(names)
     }

@@ -592,18 +592,27 @@ class DiffRAGKnowledge:
 # --------------------------------------------------------------------------------------------
 
 
-def packaged_documents(*, max_passages: int) -> list[Document]:
+def packaged_documents(*, max_passages: int, ids: Optional[Iterable[str]] = None,
+                       exclude_ids: Iterable[str] = ()) -> list[Document]:
     """The first packaged PubMedQA-L abstracts, read with the project's loader, holding at least
-    ``max_passages`` sections (each stored record is one section of an abstract)."""
+    ``max_passages`` sections (each stored record is one section of an abstract).
+
+    ``ids`` keeps only those abstracts (PubMed ids, in file order); ``exclude_ids`` drops those (the
+    evaluated questions' own abstracts in a ``--exclude-eval-docs`` run).
+    """
     from ..tools.documents import PACKAGED_CORPUS, packaged_data_dir
     from ..tools.indexing import read_documents
 
     if not isinstance(max_passages, int) or max_passages < 1:
         raise ValueError(f"max_passages must be a positive int, got {max_passages!r}")
+    wanted = None if ids is None else {str(i) for i in ids}
+    dropped = {str(i) for i in exclude_ids}
     path = packaged_data_dir() / f"{PACKAGED_CORPUS}.jsonl.gz"
     grouped: dict[str, tuple[str, list[Section]]] = {}
     records = 0
     for record in read_documents([path], on_error="stop"):
+        if record.source_id in dropped or (wanted is not None and record.source_id not in wanted):
+            continue
         if record.source_id not in grouped:
             if records >= max_passages:
                 break

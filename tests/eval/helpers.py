@@ -90,3 +90,13 @@ class ReversedDrugScorer(DrugScorer):
 
 def reversed_drug_scorer() -> ReversedDrugScorer:
     return ReversedDrugScorer()
+
+
+class NamedModel(RecordingModel):
+    """A scripted model with a name, so a calibration can be stored and found for it."""
+
+    model_name: str = "scripted-named"
+
+
+def named_yes_model() -> NamedModel:
+    return NamedModel(responses=["Conclusion: yes"])

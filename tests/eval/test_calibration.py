@@ -214,3 +214,23 @@ def test_calibrate_refuses_to_score_a_model_with_another_one(app, data, tmp_path
     assert result.exit_code != 0
     assert "enable_state_monitor=False" in result.output and "--scorer" in result.output
     assert not (tmp_path / "d" / "results.jsonl").exists()
+
+
+def test_eval_sigma_auto_uses_the_stored_calibration_of_the_model(app, data, tmp_path, cache):
+    # yes scores 1.0: validated when sigma > 1, rejected (and repeated, so halted) when sigma < 1
+    base = ["eval", "--dataset", str(data), "--method", "tcrag-cppl", "--model", f"{H}:named_yes_model",
+            "--scorer", f"{H}:yes_low_scorer", "--no-progress", "--limit", "2", "--seed", "0"]
+    missing = CliRunner().invoke(app, [*base, "--sigma-cppl", "auto", "--out", str(tmp_path / "a")],
+                                 env={"COLUMNS": "300"})
+    assert missing.exit_code != 0 and "scripted-named" in missing.output and "calibrate" in missing.output
+    for sigma, validated in ((0.5, False), (2.0, True)):
+        save_calibration(_calibration(model_id="scripted-named", sigma=sigma))
+        out = tmp_path / f"s{sigma}"
+        result = CliRunner().invoke(app, [*base, "--sigma-cppl", " AUTO", "--out", str(out)])
+        assert result.exit_code == 0, result.output
+        rows = [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()]
+        assert [r["validated"] for r in rows] == [validated, validated]
+        assert json.loads((out / "run.json").read_text())["sigmas"] == {"cppl": sigma}
+    for bad in ("abc", "0", "-1", "nan"):
+        r = CliRunner().invoke(app, [*base, "--sigma-cppl", bad, "--out", str(tmp_path / "bad")], env={"COLUMNS": "300"})
+        assert r.exit_code != 0 and "--sigma-cppl" in r.output

@@ -104,3 +104,43 @@ def test_eval_model_names_go_through_resolve_chat_model(app, data, tmp_path, mon
     monkeypatch.setenv("OPENAI_API_KEY", "test-key-not-used")
     served = resolve_model("openai:served-model", max_new_tokens=33, temperature=0.0)
     assert type(served).__name__ == "ChatOpenAI" and served.model_name == "served-model" and served.max_tokens == 33
+
+
+@pytest.mark.parametrize("method,module,function", [
+    ("crp-rag", "crp_rag", "build_crp_rag_graph"), ("kag-thinker", "kag_thinker", "build_kag_thinker_graph"),
+])
+def test_eval_gives_the_scorer_to_the_paper_methods_that_read_log_probs(app, data, tmp_path, monkeypatch, method,
+                                                                        module, function):
+    """CRP-RAG (sufficiency) and KAG-Thinker (likelihood test) score with --scorer, as TC-RAG does."""
+    import importlib
+
+    from tcrag_langgraph.eval.methods import build_method
+
+    seen = {}
+
+    def fake_builder(*, model, tools, scorer, config, **extra):
+        seen.update(scorer=scorer, extra=extra)
+        return build_method("base", model=model, config=config)
+
+    monkeypatch.setattr(importlib.import_module(f"tcrag_langgraph.methods.{module}"), function, fake_builder)
+    args = ["eval", "--dataset", str(data), "--method", method, "--model", f"{H}:always_yes_model",
+            "--scorer", f"{H}:yes_low_scorer", "--out", str(tmp_path / "o"), "--no-progress", "--limit", "1"]
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 0, result.output
+    assert type(seen["scorer"]).__name__ == "TextScorer" and seen["extra"] == {}
+
+
+def test_diffrag_indexes_the_documents_the_docs_tool_would_give(monkeypatch):
+    """DiffRAG builds its own graph instead of calling tools: with --tools docs it reads the evaluated
+    questions' own abstracts (real packaged data), and with --exclude-eval-docs as many others."""
+    from tcrag_langgraph.eval import cli
+    from tcrag_langgraph.eval.datasets import load_dataset, sample_records
+
+    records = sample_records(load_dataset("pubmedqa", split="test", with_context=False), limit=3, seed=0)
+    ids = {r.id for r in records}
+    docs = cli._indexed_documents(["base", "diffrag"], "docs", records, False)
+    assert {d.source_id for d in docs} == ids and all(d.sections for d in docs)
+    others = cli._indexed_documents(["diffrag"], "web, docs", records, True)
+    assert len(others) == 3 and not ids & {d.source_id for d in others}
+    assert cli._indexed_documents(["diffrag"], "web", records, False) is None
+    assert cli._indexed_documents(["base", "tcrag-cppl"], "docs", records, False) is None

@@ -119,3 +119,24 @@ def test_build_methods_shares_pieces_and_rejects_unknown():
         build_methods(["base", "self-rag"], model=model("x"))
     with pytest.raises(TypeError):
         build_method("base", model="gpt")  # type: ignore[arg-type]
+
+
+def test_only_a_method_that_indexes_documents_gets_them_and_reads_them_whole(monkeypatch):
+    import importlib
+
+    seen = {}
+
+    def fake(name):
+        def builder(*, model, tools, scorer, config, **extra):
+            seen[name] = extra
+            return build_method("base", model=model, config=config)
+        return builder
+
+    monkeypatch.setattr(importlib.import_module("tcrag_langgraph.methods.diffrag"), "build_diffrag_graph", fake("diffrag"))
+    monkeypatch.setattr(importlib.import_module("tcrag_langgraph.methods.crp_rag"), "build_crp_rag_graph", fake("crp"))
+    docs = ["doc-a", "doc-b"]
+    build_methods(["diffrag", "crp-rag"], model=model("Conclusion: yes"), documents=docs)
+    assert seen["diffrag"] == {"documents": docs, "options": {"max_passages": 5000}}
+    assert seen["crp"] == {}
+    build_method("diffrag", model=model("Conclusion: yes"))
+    assert seen["diffrag"] == {}
