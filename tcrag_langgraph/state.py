@@ -19,6 +19,7 @@ from typing_extensions import TypedDict
 __all__ = [
     "Action",
     "Frame",
+    "MethodState",
     "ToolCallRecord",
     "TraceEvent",
     "TraceOp",
@@ -160,28 +161,36 @@ def _compact(value: Any) -> str:
         return str(value)
 
 
-class TCRAGState(TypedDict, total=False):
-    """Graph state. Input is ``{"question": ...}`` or ``{"messages": [...]}``."""
+class MethodState(TypedDict, total=False):
+    """The keys every method's graph state shares (TC-RAG, the baselines, CRP-RAG, KAG-Thinker,
+    TCM-DiffRAG): the question in, the answer and its costs out. :class:`~tcrag_langgraph.result.RunResult`
+    reads these, so every method is reported the same way. Input is ``{"question": ...}`` or
+    ``{"messages": [...]}``."""
 
     question: Optional[str]
     messages: Annotated[list[AnyMessage], add_messages]
+    answer: Optional[str]
+    structured_answer: Any  # the answer in the asked answer_format (a choice or a model instance)
+    answer_validated: bool
+    halt_reason: Optional[str]
+    error: Optional[str]
+    state_value: Optional[float]
+    format_retries: int
+    llm_calls: int
+    tool_calls: int
+    steps: int
+    token_usage: dict[str, int]
+    trace: list[TraceEvent]  # replaced, not appended, so a new question on a thread starts clean
+
+
+class TCRAGState(MethodState, total=False):
+    """The stack machine's graph state: :class:`MethodState` plus the stack, sigma and the pending action."""
+
     stack: list[Frame]
     sigma: float
     metric: str
-    state_value: float
     state_history: list[dict[str, Any]]
-    steps: int
-    llm_calls: int
-    format_retries: int
     format_feedback: list[dict[str, str]]
-    token_usage: dict[str, int]
-    tool_calls: int
     pending_action: Optional[ParsedAction]  # the typed parse of the model's reply, until applied
-    trace: list[TraceEvent]  # replaced, not appended, so a new question on a thread starts clean
-    answer: Optional[str]
-    answer_validated: bool
-    structured_answer: Any  # the answer in the asked answer_format (a choice or a model instance)
     final_conclusion: bool  # the step budget is spent: the pending Conclusion is the last one
     repeated_tool_calls: int  # identical tool calls refused (not executed again)
-    halt_reason: Optional[str]
-    error: Optional[str]

@@ -48,12 +48,12 @@ from langchain_core.runnables import RunnableConfig
 from langchain_core.tools import BaseTool
 from langgraph.graph import END, START, StateGraph
 from langgraph.runtime import Runtime
-from typing_extensions import TypedDict
 
 from .. import answer_format
 from ..config import TCRAGConfig, resolve_config
 from ..graph import build_graph
 from ..prompting import message_text
+from ..state import MethodState
 from ..tools.layer import invoke_tool, is_tool_error
 
 __all__ = ["MethodSpec", "METHODS", "METHOD_NAMES", "build_method", "build_methods", "tcrag_config_for"]
@@ -158,21 +158,9 @@ _SYSTEM = {
 _ANSWER_LINE = re.compile(r"(?:^|\n)\s*(?:\*\*)?(?:final\s+answer|answer|答案)(?:\*\*)?\s*[:：]", re.IGNORECASE)
 
 
-class DirectState(TypedDict, total=False):
-    question: str
+class DirectState(MethodState, total=False):
     knowledge: list[dict[str, Any]]
-    answer: Optional[str]
-    structured_answer: Any
-    format_retries: int
     raw_output: str
-    answer_validated: bool
-    halt_reason: Optional[str]
-    error: Optional[str]
-    llm_calls: int
-    tool_calls: int
-    steps: int
-    trace: list[Any]
-    state_value: Optional[float]
 
 
 def _final_answer(text: str) -> str:
