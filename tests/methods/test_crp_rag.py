@@ -18,7 +18,6 @@ from pydantic import PrivateAttr
 from tcrag_langgraph.config import TCRAGConfig
 from tcrag_langgraph.integration import checkpoint_serde, tcrag_events
 from tcrag_langgraph.methods.crp_rag import (
-    PROMPT_GENERATE,
     CRPRAGOptions,
     StepParseError,
     build_crp_rag_graph,
@@ -27,6 +26,7 @@ from tcrag_langgraph.methods.crp_rag import (
     parse_step,
     select_paths,
 )
+from tcrag_langgraph.methods.crp_rag.prompts import PROMPT_GENERATE
 from tcrag_langgraph.prompting import message_text
 from tcrag_langgraph.scoring import MonitorUnavailableError
 from tcrag_langgraph.testing import ScriptedScorer, recording_model, scripted_tool

@@ -1,0 +1,65 @@
+"""CRP-RAG's options: :class:`CRPRAGOptions`, its bounds and thresholds, overridable per run."""
+
+from __future__ import annotations
+
+import math
+from typing import Annotated, Any, Literal, Mapping, Union
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+__all__ = ["CRPRAGOptions"]
+
+
+class CRPRAGOptions(BaseModel):
+    """CRP-RAG's own bounds and thresholds (the shared generation settings stay in :class:`TCRAGConfig`).
+
+    Every field can be overridden per run: ``graph.invoke(..., context=...)`` takes a CRPRAGOptions, a
+    :class:`TCRAGConfig` or a mapping of either's fields (the two share no field name).
+
+    Example:
+        >>> CRPRAGOptions(fan_out=3).max_depth
+        3
+        >>> CRPRAGOptions(sufficiency_threshold="auto").sufficiency_threshold
+        'auto'
+    """
+
+    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+
+    fan_out: int = Field(default=2, ge=1, le=8, description="Sampled next steps per sink and iteration.")
+    max_depth: int = Field(default=3, ge=1, le=8, description="Graph-construction iterations (longest path).")
+    max_nodes: int = Field(default=12, ge=1, le=64, description="Nodes in the reasoning graph, at most.")
+    merge_threshold: float = Field(default=0.85, gt=0.0, le=1.0,
+                                   description="New steps whose MiniLM inner product is above this are merged.")
+    sampling_temperature: float = Field(default=0.8, gt=0.0, le=2.0,
+                                        description="Temperature of next-step sampling (LocalChatModel).")
+    max_step_tokens: int = Field(default=96, ge=8, le=1024, description="New tokens of one step or merge.")
+    sufficiency_threshold: Union[Annotated[float, Field(gt=0)], Literal["auto"]] = Field(
+        default=10.0, description="A node is knowledge-sufficient when its reasoning's cppl is below this; "
+        "'auto' = the stored calibration (calibrate_sufficiency) of the generator.")
+    max_paths: int = Field(default=3, ge=1, le=16, description="Sufficient paths answered and integrated.")
+    aggregate_knowledge: bool = Field(default=True, description="Aggregate retrieval results with the model "
+                                      "(prompt A.3); False concatenates them (the paper's ablation).")
+    max_step_retries: int = Field(default=1, ge=0, le=5, description="Re-prompts after an unusable step.")
+
+    @field_validator("sufficiency_threshold", mode="before")
+    @classmethod
+    def _threshold(cls, value: Any) -> Any:
+        if isinstance(value, bool):
+            raise ValueError("sufficiency_threshold must be a number or 'auto'")
+        if isinstance(value, str) and value.strip().lower() == "auto":
+            return "auto"
+        if isinstance(value, (int, float)) and not math.isfinite(value):
+            raise ValueError("sufficiency_threshold must be finite")
+        return value
+
+    def merged(self, overrides: "CRPRAGOptions | Mapping[str, Any] | None") -> "CRPRAGOptions":
+        """A copy with the explicitly set fields of ``overrides`` applied (unknown keys are an error)."""
+        if overrides is None:
+            return self
+        if isinstance(overrides, CRPRAGOptions):
+            values = {name: getattr(overrides, name) for name in overrides.model_fields_set}
+        elif isinstance(overrides, Mapping):
+            values = dict(overrides)
+        else:
+            raise TypeError(f"CRP-RAG context must be CRPRAGOptions or a mapping, not {type(overrides).__name__}")
+        return type(self).model_validate({**self.model_dump(), **values}) if values else self
