@@ -1,0 +1,68 @@
+"""The prompts of KAG-Thinker (the paper's Tables 1-4, adapted to this package's four functions and tools)."""
+
+from __future__ import annotations
+
+DECOMPOSE_INSTRUCTIONS = """You decompose a user question into logical steps that can each be solved on their own.
+Functions:
+- Retrieval: look up a fact (subject, predicate, object). Usage: Retrieval(s=s1:type['name'], p=p1:relation, o=o1:type)
+- Math: compute a number. Usage: Math(content=['#1', '#2'], target='arithmetic expression, e.g. #1 + #2')->m1
+- Deduce: reason over earlier answers. Usage: Deduce(op=extract|judgement|entailment|choice|multiChoice, content=['#1', '#2'], target='what to decide')->d1
+- Output: give the final answer. Usage: Output(#n)
+Rules: write StepN (the sub-question in words) and ActionN (the function) for every step; use #1 for the
+answer of Step1, #2 for Step2, and so on (only earlier steps); at most {max_forms} steps; the last step is Output."""
+
+DECOMPOSE_EXAMPLE_QUESTION = "Which film has the director who died first, Hit Parade Of 1947 or Khiladi 420?"
+DECOMPOSE_EXAMPLE_REPLY = """Step1: Who is the director of Hit Parade Of 1947?
+Action1: Retrieval(s=s1:film['Hit Parade Of 1947'], p=p1:director, o=o1:person)
+Step2: When did #1 die?
+Action2: Retrieval(s=o1, p=p2:deathtime, o=o2:date)
+Step3: Who is the director of Khiladi 420?
+Action3: Retrieval(s=s3:film['Khiladi 420'], p=p3:director, o=o3:person)
+Step4: When did #3 die?
+Action4: Retrieval(s=o3, p=p4:deathtime, o=o4:date)
+Step5: Which film was directed by the director who died first according to #2 and #4?
+Action5: Deduce(op=choice, content=['#2', '#4'], target='which film was directed by the director who died first')->d5
+Step6: Output #5.
+Action6: Output(#5)"""
+
+BOUNDARY_PROMPT = """Can you answer the following question step by step?
+If you can, wrap your answer with <answer>\\boxed{{your answer}}</answer>.
+If you can't, just reply that based on my internal knowledge, I can't answer this question, I need to retrieve external knowledge.
+Question: {question}"""
+
+CONFIDENCE_PROMPT = """Analyze whether the answer to the following question is correct?
+Please think step-by-step before arriving at your conclusion.
+If yes, answer True; if no, answer False.
+Wrap your answer with <answer>\\boxed{{True/False}}</answer>.
+Question: {question}
+Answer: {answer}"""
+
+FOCUS_PROMPT = """According to the question and references, find what in the references answers the question.
+Write them as <focus>...</focus>.
+If the references answer the question, then write the answer as <answer>...</answer>.
+If they do not, write the next search instead:
+Step: (the sub-question to search for next)
+Action: Retrieval(s=..., p=..., o=...)
+{known}References:
+{references}
+Question: {question}"""
+
+DEDUCE_PROMPT = """Reason over the known facts to reach the target ({op}).
+Known facts:
+{content}
+Target: {target}
+Original question: {question}
+Think briefly, then wrap the result in <answer>...</answer>."""
+
+OUTPUT_PROMPT = """Question: {question}
+Answers found for its sub-questions:
+{facts}
+Answer so far: {answer}
+{rule}
+Write the final answer in <answer>...</answer>."""
+
+MATH_PROMPT = """Write one arithmetic expression (numbers, + - * / ** and parentheses only) that computes the target.
+Known facts:
+{content}
+Target: {target}
+Wrap the expression in <expression>...</expression>."""
