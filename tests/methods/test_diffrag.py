@@ -18,11 +18,11 @@ from rdflib.namespace import RDFS
 
 from tcrag_langgraph.config import TCRAGConfig
 from tcrag_langgraph.integration import checkpoint_serde
-from tcrag_langgraph.methods import diffrag
 from tcrag_langgraph.methods.diffrag import (
     BOOK_GRAPH,
     CASE_GRAPH,
     HALT_REASONS,
+    SPARQL_QUERIES,
     DiffRAGKnowledge,
     DiffRAGOptions,
     SolvedCase,
@@ -35,6 +35,8 @@ from tcrag_langgraph.methods.diffrag import (
     parse_triples,
     recall,
 )
+from tcrag_langgraph.methods.diffrag import building  # where default_knowledge reads its memo and cache dir
+from tcrag_langgraph.methods.diffrag.prompts import EXTRACT_SYSTEM
 from tcrag_langgraph.result import RunResult
 from tcrag_langgraph.state import TraceEvent
 from tcrag_langgraph.testing import recording_model
@@ -105,12 +107,12 @@ def test_parse_triples_bounds_unknowns_and_bad_arguments():
 
 def test_extract_triples_reprompts_then_gives_up_bounded():
     model = recording_model(["I think aspirin helps.", "aspirin | prevents | stroke"])
-    got = extract_triples(model, diffrag._EXTRACT_SYSTEM, "Aspirin prevents stroke.", max_triples=4,
+    got = extract_triples(model, EXTRACT_SYSTEM, "Aspirin prevents stroke.", max_triples=4,
                           max_retries=1, max_new_tokens=32)
     assert [t.as_list() for t in got] == [["aspirin", "prevents", "stroke"]]
     assert len(model.seen) == 2 and "no usable triple" in model.seen[1][-1].content
     junk = recording_model(["no triples here"])
-    assert extract_triples(junk, diffrag._EXTRACT_SYSTEM, "x", max_triples=4, max_retries=2, max_new_tokens=32) == ()
+    assert extract_triples(junk, EXTRACT_SYSTEM, "x", max_triples=4, max_retries=2, max_new_tokens=32) == ()
     assert len(junk.seen) == 3
 
 
@@ -398,7 +400,7 @@ def test_only_constant_queries_with_bound_values(monkeypatch, minilm):
                  options=DiffRAGOptions(), general_kg=None)
     assert got[0].triple[0] == evil and got[0].passages[0]["chapter"] == evil
     assert k.heading_tree() == {"B": {evil: {"S": ["e#0"]}}}
-    assert seen and all(q in diffrag.SPARQL_QUERIES and b for q, b in seen)
+    assert seen and all(q in SPARQL_QUERIES and b for q, b in seen)
     assert len(k.dataset) == len(k.book) + len(k.cases)  # nothing was inserted or dropped
     with pytest.raises(ValueError):
         k._select("SELECT * WHERE { ?s ?p ?o }")
@@ -416,7 +418,7 @@ def test_save_and_load_round_trip(tmp_path):
 
 def test_default_graph_builds_lazily_from_packaged_abstracts_and_caches(tmp_path, monkeypatch):
     monkeypatch.setenv("TCRAG_CACHE_DIR", str(tmp_path))
-    monkeypatch.setattr(diffrag, "_DEFAULT_MEMO", {})
+    monkeypatch.setattr(building, "_DEFAULT_MEMO", {})
     reply = "vaccines | are stored in | refrigerators\nAnswer: yes"  # reads as a triple and as an answer
     model = recording_model([reply])
     options = DiffRAGOptions(max_passages=2, min_similarity=-1.0)
@@ -430,7 +432,7 @@ def test_default_graph_builds_lazily_from_packaged_abstracts_and_caches(tmp_path
     assert out["llm_calls"] == 2  # the run's own calls; the 2 extraction calls were the build
     assert len(model.seen) == 2 + 2
     assert any(e.action == "Knowledge_Graph" for e in out["trace"]) is False  # build events are live-only
-    monkeypatch.setattr(diffrag, "_DEFAULT_MEMO", {})
+    monkeypatch.setattr(building, "_DEFAULT_MEMO", {})
     again = recording_model([reply])
     build_diffrag_graph(model=again, options=options, general_kg=None, model_id="scripted").invoke(
         {"question": "Vaccine storage?"})
@@ -457,8 +459,8 @@ def test_registered_for_eval():
 def test_end_to_end_with_the_packaged_model(tmp_path, monkeypatch, one_torch_thread):
     from tcrag_langgraph.models import LocalChatModel
 
-    monkeypatch.setattr(diffrag, "knowledge_cache_dir", lambda: tmp_path)  # the model's own cache stays shared
-    monkeypatch.setattr(diffrag, "_DEFAULT_MEMO", {})
+    monkeypatch.setattr(building, "knowledge_cache_dir", lambda: tmp_path)  # the model's own cache stays shared
+    monkeypatch.setattr(building, "_DEFAULT_MEMO", {})
     options = DiffRAGOptions(max_passages=3, max_triples_per_passage=4, max_path_triples=3, max_new_tokens=64)
     graph = build_diffrag_graph(model=LocalChatModel(), options=options, config=TCRAGConfig(temperature=0.0),
                                 checkpointer=InMemorySaver(serde=checkpoint_serde()))

@@ -1,0 +1,206 @@
+"""Building the knowledge: the packaged PubMedQA-L abstracts as documents, the macro-micro graph
+(:func:`build_macro_micro_graph`), the case overlay (:func:`add_cases`) and the default knowledge,
+built once per content and model and cached on disk (:func:`default_knowledge`)."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import threading
+from pathlib import Path
+from typing import Any, Iterable, Mapping, Optional, Sequence
+
+from langchain_core.language_models import BaseChatModel
+
+from ...config import TCRAGConfig
+from ...tools.chunking import Document, Section, chunk_document
+from .extraction import ExtractionCalls, extract_triples
+from .knowledge import DiffRAGKnowledge, SolvedCase
+from .options import DiffRAGOptions, max_new_tokens_for
+from .parsing import Triple
+from .prompts import EXTRACT_SYSTEM
+
+
+#: Bumped when a prompt or the stored layout changes, so cached graphs are rebuilt.
+FORMAT_VERSION = 1
+
+
+def packaged_documents(*, max_passages: int, ids: Optional[Iterable[str]] = None,
+                       exclude_ids: Iterable[str] = ()) -> list[Document]:
+    """The first packaged PubMedQA-L abstracts, read with the project's loader, holding at least
+    ``max_passages`` sections (each stored record is one section of an abstract).
+
+    ``ids`` keeps only those abstracts (PubMed ids, in file order); ``exclude_ids`` drops those (the
+    evaluated questions' own abstracts in a ``--exclude-eval-docs`` run).
+    """
+    from ...tools.documents import PACKAGED_CORPUS, packaged_data_dir
+    from ...tools.indexing import read_documents
+
+    if not isinstance(max_passages, int) or max_passages < 1:
+        raise ValueError(f"max_passages must be a positive int, got {max_passages!r}")
+    wanted = None if ids is None else {str(i) for i in ids}
+    dropped = {str(i) for i in exclude_ids}
+    path = packaged_data_dir() / f"{PACKAGED_CORPUS}.jsonl.gz"
+    grouped: dict[str, tuple[str, list[Section]]] = {}
+    records = 0
+    for record in read_documents([path], on_error="stop"):
+        if record.source_id in dropped or (wanted is not None and record.source_id not in wanted):
+            continue
+        if record.source_id not in grouped:
+            if records >= max_passages:
+                break
+            grouped[record.source_id] = (record.title, [])
+        grouped[record.source_id][1].append(Section(str(record.metadata.get("section") or ""), record.text))
+        records += 1
+    return [Document(sid, title=title, sections=tuple(sections), metadata={"dataset": "PubMedQA-L"})
+            for sid, (title, sections) in grouped.items()]
+
+
+def build_macro_micro_graph(
+    documents: Iterable[Document],
+    *,
+    model: BaseChatModel,
+    book: str = "documents",
+    options: Optional[DiffRAGOptions] = None,
+    config: Optional[TCRAGConfig] = None,
+    knowledge: Optional[DiffRAGKnowledge] = None,
+    on_passage: Any = None,
+) -> DiffRAGKnowledge:
+    """Heading tree plus per-passage triples of ``documents`` (at most ``options.max_passages``).
+
+    Each document is a chapter, each of its sections a section, each chunk a passage; the model
+    extracts up to ``max_triples_per_passage`` triples per passage, each linked to its passage.
+    ``on_passage(chunk_id, triples, calls)`` is called after each passage (progress / events).
+    """
+    options = options or DiffRAGOptions()
+    config = config or TCRAGConfig()
+    if not isinstance(model, BaseChatModel):
+        raise ValueError(f"model must be a LangChain chat model, not {type(model).__name__}")
+    if options.chunk_overlap >= options.chunk_tokens:
+        raise ValueError("chunk_overlap must be smaller than chunk_tokens")
+    knowledge = knowledge if knowledge is not None else DiffRAGKnowledge()
+    done = 0
+    for document in documents:
+        if not isinstance(document, Document):
+            raise ValueError(f"documents must be tools.chunking.Document objects, not {type(document).__name__}")
+        for chunk in chunk_document(document, chunk_tokens=options.chunk_tokens, overlap=options.chunk_overlap):
+            if done >= options.max_passages:
+                return knowledge
+            passage = knowledge.add_passage(book=book, chapter=document.title or document.source_id,
+                                            section=chunk.section, chunk_id=chunk.chunk_id, text=chunk.text)
+            calls = ExtractionCalls()
+            triples = extract_triples(
+                model, EXTRACT_SYSTEM, f"Text:\n{chunk.search_text}\n\nTriples:",
+                max_triples=options.max_triples_per_passage, max_retries=options.max_format_retries,
+                max_new_tokens=max_new_tokens_for(options, config), calls=calls,
+            )
+            for triple in triples:
+                knowledge.add_triple(triple, passage=passage)
+            done += 1
+            if on_passage is not None:
+                on_passage(chunk.chunk_id, triples, calls)
+    return knowledge
+
+
+def add_cases(
+    knowledge: DiffRAGKnowledge,
+    cases: Iterable[SolvedCase | Mapping[str, Any]],
+    *,
+    model: BaseChatModel,
+    options: Optional[DiffRAGOptions] = None,
+    config: Optional[TCRAGConfig] = None,
+) -> dict[str, list[Triple]]:
+    """Extract triples from solved cases into the overlay, each linked to its case; ``{case_id: triples}``."""
+    options = options or DiffRAGOptions()
+    config = config or TCRAGConfig()
+    if not isinstance(knowledge, DiffRAGKnowledge):
+        raise ValueError("knowledge must be a DiffRAGKnowledge")
+    parsed = [c if isinstance(c, SolvedCase) else SolvedCase.model_validate(c) for c in cases]
+    found: dict[str, list[Triple]] = {}
+    for case in parsed:
+        node = knowledge.add_case(case)
+        text = f"Question: {case.question}\nReasoning: {case.reasoning}\nAnswer: {case.answer}\n\nTriples:"
+        triples = extract_triples(
+            model, EXTRACT_SYSTEM, text, max_triples=options.max_triples_per_passage,
+            max_retries=options.max_format_retries, max_new_tokens=max_new_tokens_for(options, config),
+        )
+        for triple in triples:
+            knowledge.add_triple(triple, case=node)
+        found[case.case_id] = list(triples)
+    return found
+
+
+def knowledge_cache_dir() -> Path:
+    """Where built graphs are cached: ``<tcrag_langgraph.models.cache_dir()>/diffrag``."""
+    from ...models import cache_dir
+
+    return cache_dir() / "diffrag"
+
+
+_DEFAULT_LOCK = threading.Lock()
+_DEFAULT_MEMO: dict[str, DiffRAGKnowledge] = {}
+
+
+def _content_key(model_id: str, documents: Sequence[Document], cases: Sequence[SolvedCase],
+                 options: DiffRAGOptions, max_new_tokens: int) -> str:
+    digest = hashlib.sha256()
+    build = {k: getattr(options, k) for k in ("max_passages", "chunk_tokens", "chunk_overlap",
+                                              "max_triples_per_passage", "max_format_retries")}
+    digest.update(json.dumps({"v": FORMAT_VERSION, "model": model_id, "options": build,
+                              "max_new_tokens": max_new_tokens, "prompt": EXTRACT_SYSTEM}, sort_keys=True).encode())
+    for d in documents:
+        digest.update(json.dumps([d.source_id, d.title, d.text, [(s.name, s.text) for s in d.sections]]).encode())
+    for c in cases:
+        digest.update(c.model_dump_json().encode())
+    return digest.hexdigest()[:32]
+
+
+def default_knowledge(
+    *,
+    model: BaseChatModel,
+    documents: Optional[Sequence[Document]] = None,
+    cases: Sequence[SolvedCase] = (),
+    book: Optional[str] = None,
+    options: Optional[DiffRAGOptions] = None,
+    config: Optional[TCRAGConfig] = None,
+    model_id: Optional[str] = None,
+    on_passage: Any = None,
+) -> tuple[DiffRAGKnowledge, Optional[Path], bool]:
+    """The knowledge for ``documents`` (default: the first packaged PubMedQA abstracts) and ``cases``,
+    built once per content and model and cached at ``cache_dir()/diffrag/<key>.nq.gz``.
+
+    ``model_id`` names the extracting model in the cache key (default:
+    :func:`tcrag_langgraph.models.chat_model_id`); a model that cannot be named gets its graph built
+    for this process only (path ``None``): triples of one model are never served for another.
+    Returns ``(knowledge, cache path or None, built_now)``.
+    """
+    from ...models import chat_model_id
+
+    options = options or DiffRAGOptions()
+    config = config or TCRAGConfig()
+    docs = list(documents) if documents is not None else packaged_documents(max_passages=options.max_passages)
+    book = book or ("PubMedQA-L abstracts" if documents is None else "documents")
+    if model_id is None:
+        try:
+            model_id = chat_model_id(model)
+        except ValueError:
+            model_id = None
+    key = _content_key(model_id or f"unnamed:{id(model)}", docs, list(cases), options,
+                       max_new_tokens_for(options, config))
+    path = knowledge_cache_dir() / f"{key}.nq.gz" if model_id else None
+    with _DEFAULT_LOCK:
+        if key in _DEFAULT_MEMO:
+            return _DEFAULT_MEMO[key], path, False
+        if path is not None and path.exists():
+            knowledge = DiffRAGKnowledge.load(path)
+            built = False
+        else:
+            knowledge = build_macro_micro_graph(docs, model=model, book=book, options=options, config=config,
+                                                on_passage=on_passage)
+            if cases:
+                add_cases(knowledge, cases, model=model, options=options, config=config)
+            if path is not None:
+                knowledge.save(path)
+            built = True
+        _DEFAULT_MEMO[key] = knowledge
+        return knowledge, path, built

@@ -1,0 +1,75 @@
+"""Asking the chat model for triples: :func:`extract_triples` (bounded re-prompts while no triple
+parses) and the counters of its calls and tokens (:class:`ExtractionCalls`)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Optional
+
+from langchain_core.language_models import BaseChatModel
+from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage
+from langchain_core.runnables import RunnableConfig
+
+from ...prompting import message_text
+from ...run_input import child_config
+from ...tools.tokens import count_tokens
+from .parsing import Triple, parse_triples
+from .prompts import REPROMPT
+
+
+def generation_kwargs(model: BaseChatModel, max_new_tokens: int, temperature: float) -> dict[str, Any]:
+    """Per-call generation settings for ``model.invoke`` (only the packaged model takes them)."""
+    from ...models import LocalChatModel
+
+    if isinstance(model, LocalChatModel):  # the packaged model takes per-call settings
+        return {"max_new_tokens": max_new_tokens, "temperature": temperature}
+    return {}
+
+
+@dataclass
+class ExtractionCalls:
+    """LLM calls and tokens of one extraction (added to a run's counters)."""
+
+    llm_calls: int = 0
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    problems: list[str] = field(default_factory=list)
+
+
+def extract_triples(
+    model: BaseChatModel,
+    system: str,
+    text: str,
+    *,
+    max_triples: int,
+    max_retries: int,
+    max_new_tokens: int,
+    temperature: float = 0.0,
+    allow_unknown: bool = False,
+    config: Optional[RunnableConfig] = None,
+    calls: Optional[ExtractionCalls] = None,
+) -> tuple[Triple, ...]:
+    """Ask ``model`` for triples about ``text``; re-prompt up to ``max_retries`` times while none parse.
+
+    Returns the triples (possibly none: the caller decides what an empty result means). Model
+    exceptions propagate.
+    """
+    calls = calls if calls is not None else ExtractionCalls()
+    messages: list[BaseMessage] = [
+        SystemMessage(content=system.format(n=max_triples)),
+        HumanMessage(content=text),
+    ]
+    kwargs = generation_kwargs(model, max_new_tokens, temperature)
+    for attempt in range(max_retries + 1):
+        reply = model.invoke(messages, config=child_config(config) if config is not None else None, **kwargs)
+        out = message_text(reply.content)
+        calls.llm_calls += 1
+        calls.prompt_tokens += sum(count_tokens(message_text(m.content)) for m in messages)
+        calls.completion_tokens += count_tokens(out)
+        parsed = parse_triples(out, max_triples=max_triples, allow_unknown=allow_unknown)
+        calls.problems.extend(f"attempt {attempt + 1}: {p}" for p in parsed.problems)
+        if parsed.triples:
+            return parsed.triples
+        why = "; ".join(parsed.problems[:3]) or "empty reply"
+        messages = [*messages, AIMessage(content=out), HumanMessage(content=REPROMPT.format(problems=why))]
+    return ()
