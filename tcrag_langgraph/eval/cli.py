@@ -281,7 +281,8 @@ def register(app: typer.Typer) -> None:
     def calibrate_command(
         dataset: str = typer.Option(..., help="pubmedqa, medmcqa, or a JSONL path"),
         split: Optional[str] = typer.Option(None, help="PubMedQA: use trainval (the default here) to keep test clean"),
-        metric: str = typer.Option("cppl", help="cppl or uct"),
+        metric: str = typer.Option("cppl", help="cppl, uct, or both comma-separated (one run of the method, each "
+                                   "metric measured on its answers; files then get a .<metric> suffix)"),
         method: str = typer.Option("wo-monitor", help="method producing the answers (its monitor is not used)"),
         rule: str = typer.Option("youden", help="youden or accuracy"),
         limit: Optional[int] = typer.Option(None, min=1),
@@ -311,8 +312,11 @@ def register(app: typer.Typer) -> None:
         from .methods import build_methods
         from .runner import SettingsMismatch, run_evaluation
 
-        if metric not in ("cppl", "uct"):
-            raise typer.BadParameter("--metric must be cppl or uct")
+        metrics = list(dict.fromkeys(m.strip() for m in metric.split(",") if m.strip()))
+        if not metrics or any(m not in ("cppl", "uct") for m in metrics):
+            raise typer.BadParameter("--metric must be cppl, uct or cppl,uct", param_hint="--metric")
+        if calibration_file is not None and len(metrics) > 1:
+            raise typer.BadParameter("--calibration-file takes one metric", param_hint="--calibration-file")
         if rule not in ("youden", "accuracy"):
             raise typer.BadParameter("--rule must be youden or accuracy")
         names = _split_methods([method])
@@ -324,7 +328,7 @@ def register(app: typer.Typer) -> None:
         records = [r for r in sample_records(all_records, limit=limit, seed=seed if limit else None) if r.task != "open"]
         if not records:
             raise typer.BadParameter("calibration needs multiple-choice or yes/no questions (correct vs wrong)")
-        cfg = TCRAGConfig(metric=metric, max_steps=max_steps, max_new_tokens=max_new_tokens, temperature=temperature)
+        cfg = TCRAGConfig(metric=metrics[0], max_steps=max_steps, max_new_tokens=max_new_tokens, temperature=temperature)
         chat = resolve_model(model, max_new_tokens=max_new_tokens, temperature=temperature)
         stored_id: Optional[str] = model_id
         if save and stored_id is None:
@@ -342,57 +346,62 @@ def register(app: typer.Typer) -> None:
         except SettingsMismatch as exc:
             raise typer.BadParameter(str(exc), param_hint="--out") from exc
         by_id = {r.id: r for r in records}
-        values: list[Optional[float]] = []
-        labels: list[bool] = []
-        scored = []
-        for row in rows:
-            answer = row.get("answer")
-            value: Optional[float] = None
-            if answer:
-                question = format_question(by_id[row["id"]], include_context=context)
-                try:
-                    value = float(state_scorer.score(question, answer, metric=metric))
-                except Exception as exc:  # an unscorable answer is missing, not a value
-                    console.print(f"[yellow]could not score {row['id']}: {exc}[/]")
-            values.append(value)
-            labels.append(bool(row.get("correct")))
-            scored.append({"id": row["id"], "value": value, "correct": bool(row.get("correct")), "answer": answer})
-        (out / "state_values.jsonl").write_text(
-            "".join(json.dumps(s, ensure_ascii=False) + "\n" for s in scored), encoding="utf-8")
-        try:
-            result = calibrate(values, labels, rule=rule)  # type: ignore[arg-type]
-        except ValueError as exc:
-            console.print(f"[red]cannot calibrate:[/] {exc} ({sum(labels)} correct of {len(labels)})")
-            raise typer.Exit(code=1) from exc
-        report = {"metric": metric, "method": names[0], **result.to_dict()}
-        (out / "calibration.json").write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
-        p = result.proposal
-        typer.echo(
-            f"{metric}: n={result.n} (correct {result.n_correct}, wrong {result.n_wrong}, missing {result.n_missing})\n"
-            f"median value: correct {result.median_correct:.4g}, wrong {result.median_wrong:.4g}\n"
-            f"AUROC (lower value = correct): {result.auroc:.3f}\n"
-            f"proposed sigma ({rule}): {p.sigma:.4g}  TPR {p.tpr:.2f}  FPR {p.fpr:.2f}  "
-            f"decision accuracy {p.decision_accuracy:.2f}  accept rate {p.accept_rate:.2f}"
-        )
-        supported = not (result.auroc <= 0.5 or (rule == "youden" and p.objective <= 0))
-        if not supported:
-            typer.echo(
-                "warning: the state value does not separate correct from wrong answers on this data "
-                "(AUROC <= 0.5 or no positive Youden J); the proposed sigma is not supported by it."
-            )
-        if save and stored_id and (supported or save_unsupported):
+        labels = [bool(row.get("correct")) for row in rows]
+        if len(set(labels)) < 2:
+            console.print(f"[red]cannot calibrate:[/] needs both correct and wrong answers "
+                          f"({sum(labels)} correct of {len(labels)})")
+            raise typer.Exit(code=1)
+        for one in metrics:
+            suffix = "" if len(metrics) == 1 else f".{one}"
+            values: list[Optional[float]] = []
+            scored = []
+            for row in rows:
+                answer = row.get("answer")
+                value: Optional[float] = None
+                if answer:
+                    question = format_question(by_id[row["id"]], include_context=context)
+                    try:
+                        value = float(state_scorer.score(question, answer, metric=one))
+                    except Exception as exc:  # an unscorable answer is missing, not a value
+                        console.print(f"[yellow]could not score {row['id']}: {exc}[/]")
+                values.append(value)
+                scored.append({"id": row["id"], "value": value, "correct": bool(row.get("correct")), "answer": answer})
+            (out / f"state_values{suffix}.jsonl").write_text(
+                "".join(json.dumps(s, ensure_ascii=False) + "\n" for s in scored), encoding="utf-8")
             try:
-                stored = Calibration(
-                    metric=metric, sigma=p.sigma, auroc=result.auroc, model_id=stored_id,
-                    dataset=dataset if split is None else f"{dataset}:{split}", n=result.n,
-                    details={"rule": rule, "method": names[0], "tpr": p.tpr, "fpr": p.fpr,
-                             "n_correct": result.n_correct, "n_wrong": result.n_wrong,
-                             "n_missing": result.n_missing, "limit": limit, "seed": seed, "supported": supported},
-                )
+                result = calibrate(values, labels, rule=rule)  # type: ignore[arg-type]
             except ValueError as exc:
-                console.print(f"[red]not stored:[/] {exc}")
+                console.print(f"[red]cannot calibrate {one}:[/] {exc} ({sum(labels)} correct of {len(labels)})")
                 raise typer.Exit(code=1) from exc
-            where = save_calibration(stored, calibration_file)
-            typer.echo(f"stored for sigma='auto' (model {stored_id!r}): {where}")
-        elif save and stored_id:
-            typer.echo("not stored for sigma='auto' (pass --save-unsupported to store it anyway)")
+            report = {"metric": one, "method": names[0], **result.to_dict()}
+            (out / f"calibration{suffix}.json").write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
+            p = result.proposal
+            typer.echo(
+                f"{one}: n={result.n} (correct {result.n_correct}, wrong {result.n_wrong}, missing {result.n_missing})\n"
+                f"median value: correct {result.median_correct:.4g}, wrong {result.median_wrong:.4g}\n"
+                f"AUROC (lower value = correct): {result.auroc:.3f}\n"
+                f"proposed sigma ({rule}): {p.sigma:.4g}  TPR {p.tpr:.2f}  FPR {p.fpr:.2f}  "
+                f"decision accuracy {p.decision_accuracy:.2f}  accept rate {p.accept_rate:.2f}"
+            )
+            supported = not (result.auroc <= 0.5 or (rule == "youden" and p.objective <= 0))
+            if not supported:
+                typer.echo(
+                    "warning: the state value does not separate correct from wrong answers on this data "
+                    "(AUROC <= 0.5 or no positive Youden J); the proposed sigma is not supported by it."
+                )
+            if save and stored_id and (supported or save_unsupported):
+                try:
+                    stored = Calibration(
+                        metric=one, sigma=p.sigma, auroc=result.auroc, model_id=stored_id,
+                        dataset=dataset if split is None else f"{dataset}:{split}", n=result.n,
+                        details={"rule": rule, "method": names[0], "tpr": p.tpr, "fpr": p.fpr,
+                                 "n_correct": result.n_correct, "n_wrong": result.n_wrong,
+                                 "n_missing": result.n_missing, "limit": limit, "seed": seed, "supported": supported},
+                    )
+                except ValueError as exc:
+                    console.print(f"[red]not stored:[/] {exc}")
+                    raise typer.Exit(code=1) from exc
+                where = save_calibration(stored, calibration_file)
+                typer.echo(f"stored for sigma='auto' (model {stored_id!r}): {where}")
+            elif save and stored_id:
+                typer.echo(f"{one}: not stored for sigma='auto' (pass --save-unsupported to store it anyway)")

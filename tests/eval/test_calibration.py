@@ -234,3 +234,22 @@ def test_eval_sigma_auto_uses_the_stored_calibration_of_the_model(app, data, tmp
     for bad in ("abc", "0", "-1", "nan"):
         r = CliRunner().invoke(app, [*base, "--sigma-cppl", bad, "--out", str(tmp_path / "bad")], env={"COLUMNS": "300"})
         assert r.exit_code != 0 and "--sigma-cppl" in r.output
+
+
+def test_calibrate_measures_both_metrics_on_one_run(app, data, tmp_path, cache):
+    out = tmp_path / "both"
+    args = ["calibrate", "--dataset", str(data), "--model", f"{H}:drug_model", "--scorer", f"{H}:drug_scorer",
+            "--out", str(out), "--no-progress", "--metric", "cppl, uct", "--model-id", "scripted-both"]
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 0, result.output
+    for metric in ("cppl", "uct"):
+        report = json.loads((out / f"calibration.{metric}.json").read_text())
+        assert report["metric"] == metric and report["auroc"] == 1.0
+        assert len((out / f"state_values.{metric}.jsonl").read_text().splitlines()) == 6
+        assert load_calibration(model_id="scripted-both", metric=metric).sigma == 5.5
+    assert not (out / "calibration.json").exists()
+    assert len((out / "results.jsonl").read_text().splitlines()) == 6  # the method ran once, not per metric
+    refused = CliRunner().invoke(app, [*args, "--calibration-file", str(tmp_path / "x.json")], env={"COLUMNS": "300"})
+    assert refused.exit_code != 0 and "one metric" in refused.output
+    bad = CliRunner().invoke(app, [*args[:-4], "--metric", "cppl,ppl"], env={"COLUMNS": "300"})
+    assert bad.exit_code != 0 and "--metric" in bad.output
