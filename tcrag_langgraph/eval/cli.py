@@ -277,6 +277,30 @@ def register(app: typer.Typer) -> None:
         console.print(f"results: {out / 'results.jsonl'}; summary: {paths['markdown']}, {paths['csv']}"
                       + (f"; plot: {paths['plot']}" if "plot" in paths else ""))
 
+    @app.command("summarize")
+    def summarize_command(
+        runs: list[Path] = typer.Argument(..., help="run folders of `tcrag eval` (same questions and settings)"),
+        common: bool = typer.Option(True, "--common/--all", help="only the questions every method finished"),
+        out: Optional[Path] = typer.Option(None, help="also write summary.md / summary.csv / the plot here"),
+    ) -> None:
+        """One table from one or more `tcrag eval` runs (e.g. a stopped run, or methods run apart)."""
+        from .methods import METHODS
+        from .runner import merge_runs, summarize, summary_markdown, write_summary
+
+        try:
+            rows = merge_runs(runs, common=common)
+        except ValueError as exc:
+            raise typer.BadParameter(str(exc), param_hint="RUNS") from exc
+        if not rows:
+            raise typer.BadParameter("no question was finished by every method (try --all)", param_hint="RUNS")
+        labels = {name: spec.label for name, spec in METHODS.items()}
+        summary = summarize(rows, labels=labels)
+        typer.echo(f"{len({r['id'] for r in rows})} questions, {len({r['method'] for r in rows})} methods")
+        typer.echo(summary_markdown(summary))
+        if out is not None:
+            paths = write_summary(summary, out)
+            console.print(f"summary: {paths['markdown']}, {paths['csv']}")
+
     @app.command("calibrate")
     def calibrate_command(
         dataset: str = typer.Option(..., help="pubmedqa, medmcqa, or a JSONL path"),

@@ -52,6 +52,7 @@ __all__ = [
     "repeated_executed_calls",
     "RESULTS_FILE",
     "SETTINGS_FILE",
+    "merge_runs",
     "SettingsMismatch",
 ]
 
@@ -155,6 +156,50 @@ def _check_settings(out_dir: Path, settings: Mapping[str, Any]) -> None:
     else:
         out_dir.mkdir(parents=True, exist_ok=True)
         file.write_text(json.dumps(wanted, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+
+
+#: Settings that may differ between runs merged into one table: they apply to some methods only.
+MERGEABLE_SETTINGS = frozenset({"methods", "sigmas", "scorer"})
+
+
+def merge_runs(out_dirs: Sequence[str | os.PathLike[str]], *, common: bool = True) -> list[dict[str, Any]]:
+    """The rows of several runs of the same questions and settings (different methods, e.g. one run
+    started later with a calibrated sigma), for one table.
+
+    ``common=True`` keeps only the questions every method finished, so a stopped or still-running
+    run is compared on equal terms. Runs whose settings differ beyond :data:`MERGEABLE_SETTINGS`,
+    or that both hold the same method, are refused with a ``ValueError`` naming what differs.
+    """
+    if not out_dirs:
+        raise ValueError("no run folders given")
+    rows: list[dict[str, Any]] = []
+    first: Optional[dict[str, Any]] = None
+    seen_methods: dict[str, Path] = {}
+    for raw in out_dirs:
+        folder = Path(raw)
+        settings_file = folder / SETTINGS_FILE
+        if not settings_file.exists():
+            raise ValueError(f"{folder} holds no run ({SETTINGS_FILE} missing)")
+        settings = json.loads(settings_file.read_text(encoding="utf-8"))
+        comparable = {k: v for k, v in settings.items() if k not in MERGEABLE_SETTINGS}
+        if first is None:
+            first = comparable
+        elif comparable != first:
+            diff = sorted(k for k in set(first) | set(comparable) if first.get(k) != comparable.get(k))
+            raise ValueError(f"{folder} was run with other settings ({', '.join(diff)}) than {out_dirs[0]}")
+        folder_rows = read_results(folder / RESULTS_FILE)
+        for method in {r["method"] for r in folder_rows}:
+            if method in seen_methods:
+                raise ValueError(f"method {method!r} is in both {seen_methods[method]} and {folder}")
+            seen_methods[method] = folder
+        rows.extend(folder_rows)
+    if common:
+        methods = {r["method"] for r in rows}
+        done: dict[str, set[str]] = {}
+        for r in rows:
+            done.setdefault(r["id"], set()).add(r["method"])
+        rows = [r for r in rows if done[r["id"]] == methods]
+    return rows
 
 
 # --------------------------------------------------------------------------------------------

@@ -144,3 +144,33 @@ def test_diffrag_indexes_the_documents_the_docs_tool_would_give(monkeypatch):
     assert len(others) == 3 and not ids & {d.source_id for d in others}
     assert cli._indexed_documents(["diffrag"], "web", records, False) is None
     assert cli._indexed_documents(["base", "tcrag-cppl"], "docs", records, False) is None
+
+
+def test_summarize_merges_runs_of_the_same_questions_on_the_questions_all_finished(app, data, tmp_path):
+    common = ["--dataset", str(data), "--model", f"{H}:always_yes_model", "--scorer", f"{H}:yes_low_scorer",
+              "--no-progress", "--limit", "4", "--seed", "1"]
+    first, second, other = tmp_path / "a", tmp_path / "b", tmp_path / "c"
+    assert CliRunner().invoke(app, ["eval", *common, "--method", "base", "--out", str(first)]).exit_code == 0
+    assert CliRunner().invoke(app, ["eval", *common, "--method", "tcrag-cppl", "--sigma-cppl", "3",
+                                    "--out", str(second)]).exit_code == 0
+    # a stopped run: drop the last question of the second run
+    lines = (second / "results.jsonl").read_text().splitlines()
+    (second / "results.jsonl").write_text("\n".join(lines[:-1]) + "\n")
+    result = CliRunner().invoke(app, ["summarize", str(first), str(second), "--out", str(tmp_path / "s")])
+    assert result.exit_code == 0, result.output
+    assert "3 questions, 2 methods" in result.output
+    assert "| Base | 3 |" in result.output and "| TC-RAG-cppl | 3 |" in result.output
+    assert (tmp_path / "s" / "summary.md").exists()
+    every = CliRunner().invoke(app, ["summarize", str(first), str(second), "--all"])
+    assert "| Base | 4 |" in every.output and "| TC-RAG-cppl | 3 |" in every.output
+    # other questions, or the same method twice, are refused
+    assert CliRunner().invoke(app, ["eval", *common[:-1], "2", "--method", "cot", "--out", str(other)]).exit_code == 0
+    from tcrag_langgraph.eval.runner import merge_runs
+
+    assert CliRunner().invoke(app, ["summarize", str(first), str(other)]).exit_code != 0
+    with pytest.raises(ValueError, match=r"other settings \(.*seed"):
+        merge_runs([first, other])
+    with pytest.raises(ValueError, match="'base' is in both"):
+        merge_runs([first, first])
+    with pytest.raises(ValueError, match="holds no run"):
+        merge_runs([tmp_path / "nothing"])
