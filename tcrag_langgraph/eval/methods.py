@@ -172,6 +172,26 @@ def _final_answer(text: str) -> str:
     return tail or text.strip()
 
 
+def _answer_line(text: str) -> str:
+    r"""Just the last "Answer:" line's content (or, when the label ends its line, the next line):
+    "Answer: no\nExplanation: ... yes ... maybe" answers no.
+
+    Example:
+        >>> _answer_line("Steps...\nAnswer: no\nExplanation: not yes, not maybe")
+        'no'
+        >>> _answer_line("Answer:\n\n B) Insulin\nbecause ...")
+        'B) Insulin'
+    """
+    matches = list(_ANSWER_LINE.finditer(text))
+    if not matches:
+        return ""
+    rest = text[matches[-1].end():]
+    for line in rest.split("\n"):
+        if line.strip():
+            return line.strip()
+    return ""
+
+
 def _invoke_model(model: BaseChatModel, messages: list[BaseMessage], cfg: TCRAGConfig, config: RunnableConfig) -> str:
     from ..models import LocalChatModel
 
@@ -230,6 +250,10 @@ def _direct_graph(name: str, model: BaseChatModel, tools: Sequence[BaseTool], ba
                         "error": f"{type(exc).__name__}: {exc}"}
             final = (_final_answer(text) if name == "cot" else text.strip()) or None
             structured, problem = answer_format.check(fmt, final or "")
+            if problem is not None and name == "cot" and _answer_line(text):  # the labelled line alone
+                line_structured, line_problem = answer_format.check(fmt, _answer_line(text))
+                if line_problem is None:
+                    structured, problem = line_structured, None
             if fmt is None or problem is None or retries >= cfg.max_format_retries:
                 break
             retries += 1  # the model is told what is allowed and asked again

@@ -55,6 +55,16 @@ def test_cot_checks_the_final_answer_line_only():
     assert out["structured_answer"] == "B" and out["llm_calls"] == 1
 
 
+def test_cot_reads_the_answer_line_when_an_explanation_follows_it():
+    # Qwen-0.5B on PubMedQA: the explanation after "Answer: no" names every option
+    m = model('Answer: no\nExplanation:\nThe answer "no" is correct; "yes" and "maybe" are not.')
+    out = build_method("cot", model=m).invoke({"question": "Does it?"}, context=YNM)
+    assert (out["structured_answer"], out["llm_calls"], out["halt_reason"]) == ("no", 1, "answered")
+    vague = model("Answer: yes or no\nmaybe")  # a line that does not fit is still re-prompted
+    out = build_method("cot", model=vague, config=TCRAGConfig(max_format_retries=1)).invoke({"question": "Q?"}, context=YNM)
+    assert out["structured_answer"] is None and out["llm_calls"] == 2
+
+
 def test_sr_rag_calls_tools_through_the_tool_pipeline():
     @tool("BROKEN")
     def broken(query: str) -> str:
