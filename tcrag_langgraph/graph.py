@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from typing import Any, Callable, Literal, Optional, Sequence
 
 from langchain_core.language_models import BaseChatModel
@@ -171,7 +172,7 @@ class _Machine:
             "state_history": [], "answer": None, "answer_validated": False, "halt_reason": None, "error": None,
             "sigma": None, "metric": cfg.metric, "state_value": cfg.initial_state_value,
             "token_usage": {"prompt": 0, "completion": 0}, "tool_calls": 0, "pending_action": None,
-            "structured_answer": None, "final_conclusion": False, "repeated_tool_calls": 0,
+            "structured_answer": None, "final_conclusion": False, "repeated_tool_calls": 0, "last_call": False,
         }
         question, problem = extract_question(state, cfg)
         if problem is None:
@@ -196,7 +197,8 @@ class _Machine:
         cfg = self.cfg(config, runtime)
         stack = state["stack"]
         steps = state.get("steps", 0)
-        final = steps >= cfg.max_steps  # budget spent: one last Conclusion is asked for, then scored
+        # budget spent, or no usable action after the re-prompts: one last Conclusion is asked for, then scored
+        final = steps >= cfg.max_steps or bool(state.get("last_call"))
         allowed = ["Conclusion"] if final else cfg.allowed_actions(has_tools=bool(self.tools))
         tools = list(self.tools.values())
         answer_rule = answer_format.instructions(cfg.answer_format)
@@ -244,14 +246,18 @@ class _Machine:
                 return Command(goto="Generate", update={**common, "trace": trace, "format_retries": retries,
                                                           "format_feedback": feedback})
             extra = {**common, "trace": trace, "format_retries": retries}
-            if final:
-                return self.halt(state, config, reason=HaltReason.MAX_STEPS,
+            if not final:  # like a spent budget: the model still gets to write its Conclusion
+                return Command(goto="Generate", update={**extra, "format_retries": 0, "format_feedback": [],
+                                                          "last_call": True})
+            if state.get("last_call"):
+                return self.halt(state, config, reason=HaltReason.FORMAT_ERROR,
                                  answer=transitions.unverified_answer(stack), validated=False,
-                                 error=f"step budget of {cfg.max_steps} actions spent and no usable final "
-                                       f"Conclusion: {err}", extra=extra)
-            return self.halt(state, config, reason=HaltReason.FORMAT_ERROR,
+                                 error=f"no usable action, nor a usable final Conclusion, after the re-prompts: {err}",
+                                 extra=extra)
+            return self.halt(state, config, reason=HaltReason.MAX_STEPS,
                              answer=transitions.unverified_answer(stack), validated=False,
-                             error=f"no usable action after {retries} tries: {err}", extra=extra)
+                             error=f"step budget of {cfg.max_steps} actions spent and no usable final "
+                                   f"Conclusion: {err}", extra=extra)
         return Command(goto=parsed.action.value,
                        update={**common, "pending_action": parsed, "format_retries": 0, "format_feedback": [],
                                "final_conclusion": final})
@@ -354,9 +360,13 @@ class _Machine:
         update["structured_answer"] = answer_format.fit(cfg.answer_format, t.answer or "")
         if t.halt is HaltReason.VALIDATED and cfg.require_review:
             return Command(goto="Human_Review", update=update)
-        error = (f"step budget of {cfg.max_steps} actions spent; the final Conclusion was not validated"
-                 if t.halt is HaltReason.MAX_STEPS else None)
-        return self.halt({**state, **update}, config, reason=t.halt, answer=t.answer,
+        reason, error = t.halt, None
+        if t.halt is HaltReason.MAX_STEPS and state.get("last_call"):
+            reason = HaltReason.FORMAT_ERROR
+            error = "no usable action after the re-prompts; the final Conclusion asked for instead was not validated"
+        elif t.halt is HaltReason.MAX_STEPS:
+            error = f"step budget of {cfg.max_steps} actions spent; the final Conclusion was not validated"
+        return self.halt({**state, **update}, config, reason=reason, answer=t.answer,
                          validated=t.halt is HaltReason.VALIDATED, error=error, extra=update)
 
     def human_review(self, state: TCRAGState, config: RunnableConfig) -> Command[Literal["Generate", "__end__"]]:
@@ -381,8 +391,8 @@ def _final_conclusion(text: str, tool_names: list[str]) -> ParsedAction:
         parsed = parse_action(text, tool_names, allowed=None, unlabeled_as="Conclusion")
     except ActionParseError:
         plain = " ".join((text or "").split())
-        if not plain:
-            raise
+        if not plain or re.match(r"(tool_use|tool_input|backtrack)\b", plain, re.IGNORECASE):
+            raise  # a call of a tool this run does not have is no answer either
         return ParsedAction(Action.CONCLUSION, content=plain, repairs=("read the unlabeled final reply as the Conclusion",))
     if parsed.action is Action.CONCLUSION:
         return parsed

@@ -193,4 +193,5 @@ class TCRAGState(MethodState, total=False):
     format_feedback: list[dict[str, str]]
     pending_action: Optional[ParsedAction]  # the typed parse of the model's reply, until applied
     final_conclusion: bool  # the step budget is spent: the pending Conclusion is the last one
+    last_call: bool  # no usable action after the re-prompts: only a final Conclusion is asked for
     repeated_tool_calls: int  # identical tool calls refused (not executed again)

@@ -221,10 +221,24 @@ def test_unlabeled_prose_is_kept_as_a_thought_by_default():
 
 
 def test_format_errors_end_the_run_after_the_allowed_retries():
-    out, model, _ = run(["???"], max_format_retries=2)
-    assert out["halt_reason"] == "format_error" and out["answer"] is None
-    assert len(model.seen) == 3
-    assert "no usable action after 3 tries" in out["error"]
+    # 1 + 2 re-prompts, then (as at a spent budget) one final Conclusion is asked for: "???" is read
+    # as that Conclusion, scored and not validated, and the run says why it stopped
+    scorer = ScriptedScorer(default=99.0)
+    out, model, _ = run(["???"], scorer=scorer, max_format_retries=2, unlabeled_text="reprompt")
+    assert out["halt_reason"] == "format_error" and out["answer"] == "???" and out["answer_validated"] is False
+    assert len(model.seen) == 4 and "No steps are left" in model.seen[-1][-1].content
+    assert "final Conclusion" in out["error"] and [c[1] for c in scorer.calls] == ["???"]
+
+
+def test_a_model_that_keeps_calling_missing_tools_still_ends_on_its_conclusion():
+    # Qwen-0.5B on closed-book MedMCQA wrote Tool_Use three times with no tools offered
+    out, model, _ = run(["Tool_Use: DOC_RAG\nTool_Input: x"] * 3 + ["Conclusion: B"], scorer=ScriptedScorer(default=1.0))
+    assert out["halt_reason"] == "validated" and out["answer"] == "B" and len(model.seen) == 4
+    assert [e.op for e in out["trace"]].count("format_error") == 3
+    # the final Conclusion must be usable too; then the run ends with no answer and says why
+    out, model, _ = run(["Tool_Use: DOC_RAG\nTool_Input: x"], max_format_retries=1)
+    assert out["halt_reason"] == "format_error" and out["answer"] is None and len(model.seen) == 4
+    assert "nor a usable final Conclusion" in out["error"]
 
 
 def test_unknown_tool_is_a_format_error():
