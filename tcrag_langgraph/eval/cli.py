@@ -125,23 +125,17 @@ def resolve_scorer(spec: str, model: Any) -> Any:
 
 def _sigma_option(value: str, metric: str, model: Any) -> float:
     """``--sigma-cppl/--sigma-uct``: a number, or ``auto`` for the sigma stored for this model by
-    ``tcrag calibrate`` (resolved once here, so every question and the saved settings use the number)."""
-    if value.strip().lower() == "auto":
-        from ..config import TCRAGConfig
-        from ..models import chat_model_id
-        from .calibration import CalibrationNotFoundError, resolve_sigma
+    ``tcrag calibrate`` (resolved once here, so every question and the saved settings use the number).
+    Validated by :class:`TCRAGConfig`, the one home of what a sigma may be."""
+    from ..config import TCRAGConfig
+    from ..models import chat_model_id
+    from .calibration import CalibrationNotFoundError, resolve_sigma
 
-        try:
-            return float(resolve_sigma(TCRAGConfig(metric=metric, sigma="auto"), chat_model_id(model)))
-        except (ValueError, CalibrationNotFoundError) as exc:
-            raise typer.BadParameter(str(exc), param_hint=f"--sigma-{metric}") from exc
     try:
-        number = float(value)
-    except ValueError:
-        raise typer.BadParameter(f"{value!r} is neither a number nor auto", param_hint=f"--sigma-{metric}") from None
-    if not number > 0 or number != number or number == float("inf"):
-        raise typer.BadParameter(f"sigma must be a positive finite number, got {value}", param_hint=f"--sigma-{metric}")
-    return number
+        cfg = TCRAGConfig(metric=metric, sigma=value)
+        return float(resolve_sigma(cfg, chat_model_id(model) if cfg.sigma == "auto" else ""))
+    except (ValueError, CalibrationNotFoundError) as exc:
+        raise typer.BadParameter(str(exc), param_hint=f"--sigma-{metric}") from exc
 
 
 def _indexed_documents(names: list[str], tools: str, records: list[Any], exclude_eval_docs: bool) -> Optional[list[Any]]:
