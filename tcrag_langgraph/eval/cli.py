@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 import typer
+from pydantic import ValidationError
 from rich.console import Console
 
 __all__ = ["register", "load_factory", "resolve_model", "resolve_tools", "resolve_scorer"]
@@ -159,6 +160,29 @@ def _indexed_documents(names: list[str], tools: str, records: list[Any], exclude
     return packaged_documents(max_passages=passages, ids=ids)
 
 
+def _method_options(value: Optional[str], names: list[str]) -> dict[str, dict[str, Any]]:
+    """``--method-options``: a JSON object ``{method: {option: value}}`` for methods being run."""
+    if not value:
+        return {}
+    try:
+        parsed = json.loads(value)
+    except json.JSONDecodeError as exc:
+        raise typer.BadParameter(f"not JSON: {exc}", param_hint="--method-options") from exc
+    if not isinstance(parsed, dict) or not all(isinstance(v, dict) for v in parsed.values()):
+        raise typer.BadParameter('a JSON object of objects, e.g. {"crp-rag": {"fan_out": 2}}',
+                                 param_hint="--method-options")
+    from .methods import METHODS
+
+    for name in parsed:
+        if name not in names:
+            raise typer.BadParameter(f"{name!r} is not among the methods run ({', '.join(names)})",
+                                     param_hint="--method-options")
+        if METHODS[name].kind != "graph":
+            raise typer.BadParameter(f"{name} has no own options (its settings are the common flags)",
+                                     param_hint="--method-options")
+    return parsed
+
+
 def _split_methods(values: list[str]) -> list[str]:
     from .methods import METHOD_NAMES
 
@@ -221,6 +245,9 @@ def register(app: typer.Typer) -> None:
         temperature: float = typer.Option(0.6, min=0.0),
         attack: Optional[str] = typer.Option(None, help="noise attack on the first retrieval: structural or partial"),
         noise: str = typer.Option("irrelevant", help="irrelevant, relevant or mixed"),
+        method_options: Optional[str] = typer.Option(
+            None, help='own options of the papers\' methods as JSON, e.g. {"crp-rag": {"fan_out": 2, "max_depth": 2}} '
+            "(recorded with the run)"),
         progress: bool = typer.Option(True, "--progress/--no-progress"),
     ) -> None:
         """Evaluate methods on a dataset: accuracy and cost per method (paper Tables 1, 2, 5)."""
@@ -231,6 +258,7 @@ def register(app: typer.Typer) -> None:
         from .runner import SettingsMismatch, run_evaluation, summarize, summary_markdown, write_summary
 
         names = _split_methods(method)
+        own_options = _method_options(method_options, names)
         if attack is not None and attack not in ("structural", "partial"):
             raise typer.BadParameter("--attack must be structural or partial")
         if noise not in ("irrelevant", "relevant", "mixed"):
@@ -252,14 +280,19 @@ def register(app: typer.Typer) -> None:
         state_scorer = resolve_scorer(scorer, chat) if needs_scorer else None
         sigmas = {k: _sigma_option(v, k, chat) for k, v in (("cppl", sigma_cppl), ("uct", sigma_uct)) if v is not None}
         documents = _indexed_documents(names, tools, records, exclude_eval_docs)
-        graphs = build_methods(names, model=chat, tools=tool_list, scorer=state_scorer, config=cfg, sigmas=sigmas,
-                               documents=documents)
+        try:
+            graphs = build_methods(names, model=chat, tools=tool_list, scorer=state_scorer, config=cfg, sigmas=sigmas,
+                                   documents=documents, method_options=own_options)
+        except ValidationError as exc:  # a method's own options model refused a value
+            raise typer.BadParameter(str(exc), param_hint="--method-options") from exc
         settings = {
             "dataset": dataset, "split": split, "context": context, "long_answers": long_answers, "limit": limit,
             "model": model, "tools": tools, "exclude_eval_docs": exclude_eval_docs, "scorer": scorer,
             "sigmas": sigmas, "config": cfg.model_dump(mode="json"), "attack": attack,
             "noise": noise if attack else None, "fields": fields, "task": task,
         }
+        if own_options:  # absent otherwise, so runs from before this option still resume
+            settings["method_options"] = own_options
         try:
             rows = run_evaluation(records, graphs, out_dir=out, settings=settings, seed=seed, include_context=context,
                                   poison=controller, progress=progress)

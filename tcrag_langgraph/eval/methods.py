@@ -291,28 +291,36 @@ def build_method(
     config: Optional[TCRAGConfig] = None,
     sigmas: Optional[Mapping[str, float]] = None,
     documents: Optional[Sequence[Any]] = None,
+    options: Optional[Mapping[str, Any]] = None,
 ):
     """A compiled graph for method ``name`` (see the module table).
 
     ``config`` is the shared base configuration (max_steps, max_new_tokens, temperature, ...);
     ``scorer`` the state monitor for the TC-RAG variants (``None`` = the local LM scorer);
     ``documents`` what a method that indexes documents itself (DiffRAG) reads instead of calling
-    tools (``None``: its default); the other methods ignore it.
+    tools (``None``: its default); the other methods ignore it. ``options`` are the own options of a
+    papers' method (``CRPRAGOptions``, ``KAGThinkerOptions``, ``DiffRAGOptions`` fields, e.g. a
+    smaller CRP-RAG graph for a CPU budget); the other methods have none and refuse them.
     """
     spec = _spec(name)
     if not isinstance(model, BaseChatModel):
         raise TypeError(f"model must be a LangChain chat model, got {type(model).__name__}")
+    if options and spec.kind != "graph":
+        with_options = ", ".join(n for n, s in METHODS.items() if s.kind == "graph")
+        raise ValueError(f"{name} takes no method options (only {with_options} do); its settings are "
+                         "TCRAGConfig fields")
     base = config or TCRAGConfig()
     if spec.kind == "direct":
         return _direct_graph(name, model, list(tools) if spec.uses_tools else [], base)
     if spec.kind == "graph":
         module_name, _, function = (spec.builder or "").partition(":")
         build = getattr(importlib.import_module(f"tcrag_langgraph.methods.{module_name}"), function)
-        extra: dict[str, Any] = {}
+        own = dict(options or {})
+        extra: dict[str, Any] = {"options": own} if own else {}
         if spec.indexes_documents and documents is not None:
             # documents chosen by the caller are read whole (the builder's default cap is for its
             # own default corpus)
-            extra = {"documents": documents, "options": {"max_passages": 5000}}
+            extra = {"documents": documents, "options": {"max_passages": 5000, **own}}
         return build(model=model, tools=list(tools), scorer=scorer, config=base, **extra)
     cfg = tcrag_config_for(name, config=base, sigmas=sigmas)
     return build_graph(model=model, tools=list(tools), scorer=scorer, config=cfg, name=name)
@@ -327,12 +335,19 @@ def build_methods(
     config: Optional[TCRAGConfig] = None,
     sigmas: Optional[Mapping[str, float]] = None,
     documents: Optional[Sequence[Any]] = None,
+    method_options: Optional[Mapping[str, Mapping[str, Any]]] = None,
 ) -> dict[str, Any]:
-    """``{name: graph}`` for several methods sharing one model, tool list, scorer and documents."""
-    unknown = [n for n in names if n not in METHODS]
+    """``{name: graph}`` for several methods sharing one model, tool list, scorer and documents;
+    ``method_options`` maps a method name to its own options (see :func:`build_method`)."""
+    method_options = dict(method_options or {})
+    unknown = [n for n in [*names, *method_options] if n not in METHODS]
     if unknown:
         raise ValueError(f"unknown methods {unknown}; choose from {', '.join(METHOD_NAMES)}")
+    unused = [n for n in method_options if n not in names]
+    if unused:
+        raise ValueError(f"options given for methods that are not run: {unused}")
     return {
-        n: build_method(n, model=model, tools=tools, scorer=scorer, config=config, sigmas=sigmas, documents=documents)
+        n: build_method(n, model=model, tools=tools, scorer=scorer, config=config, sigmas=sigmas, documents=documents,
+                        options=method_options.get(n))
         for n in dict.fromkeys(names)
     }

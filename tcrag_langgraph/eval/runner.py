@@ -159,7 +159,7 @@ def _check_settings(out_dir: Path, settings: Mapping[str, Any]) -> None:
 
 
 #: Settings that may differ between runs merged into one table: they apply to some methods only.
-MERGEABLE_SETTINGS = frozenset({"methods", "sigmas", "scorer"})
+MERGEABLE_SETTINGS = frozenset({"methods", "sigmas", "scorer", "method_options"})
 
 
 def merge_runs(out_dirs: Sequence[str | os.PathLike[str]], *, common: bool = True) -> list[dict[str, Any]]:

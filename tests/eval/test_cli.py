@@ -146,6 +146,46 @@ def test_diffrag_indexes_the_documents_the_docs_tool_would_give(monkeypatch):
     assert cli._indexed_documents(["base", "tcrag-cppl"], "docs", records, False) is None
 
 
+def test_eval_method_options_are_validated_and_recorded_with_the_run(app, data, tmp_path, monkeypatch):
+    import importlib
+
+    from tcrag_langgraph.eval.methods import build_method
+
+    common = ["eval", "--dataset", str(data), "--model", f"{H}:always_yes_model", "--scorer", f"{H}:yes_low_scorer",
+              "--no-progress", "--limit", "1"]
+    for bad, says in (("{nope", "not JSON"), ('{"crp-rag": 2}', "JSON object of objects"),
+                      ('{"kag-thinker": {}}', "not among the methods run"),
+                      ('{"crp-rag": {"fan_out": 99}}', "fan_out")):
+        r = CliRunner().invoke(app, [*common, "--method", "crp-rag", "--method-options", bad,
+                                     "--out", str(tmp_path / "bad")], env={"COLUMNS": "300"})
+        assert r.exit_code != 0 and says in r.output, (bad, r.output)
+    r = CliRunner().invoke(app, [*common, "--method", "base", "--method-options", '{"base": {"x": 1}}',
+                                 "--out", str(tmp_path / "bad")], env={"COLUMNS": "300"})
+    assert r.exit_code != 0 and "no own options" in r.output
+    assert not (tmp_path / "bad").exists()  # nothing was run or written
+
+    seen = {}
+
+    def fake_builder(*, model, tools, scorer, config, **extra):
+        seen.update(extra)
+        return build_method("base", model=model, config=config)
+
+    monkeypatch.setattr(importlib.import_module("tcrag_langgraph.methods.crp_rag"), "build_crp_rag_graph", fake_builder)
+    out = tmp_path / "crp"
+    args = [*common, "--method", "crp-rag", "--method-options", '{"crp-rag": {"fan_out": 1}}', "--out", str(out)]
+    assert CliRunner().invoke(app, args).exit_code == 0
+    assert seen == {"options": {"fan_out": 1}}
+    assert json.loads((out / "run.json").read_text())["method_options"] == {"crp-rag": {"fan_out": 1}}
+    # other options are other settings for a resumed run, but not for joining the runs of other methods
+    other = CliRunner().invoke(app, [*args[:-4], "--method-options", '{"crp-rag": {"fan_out": 2}}', "--out", str(out)])
+    assert other.exit_code != 0
+    plain = tmp_path / "plain"
+    assert CliRunner().invoke(app, [*common, "--method", "base", "--out", str(plain)]).exit_code == 0
+    assert "method_options" not in json.loads((plain / "run.json").read_text())
+    joined = CliRunner().invoke(app, ["summarize", str(plain), str(out)])
+    assert joined.exit_code == 0 and "1 questions, 2 methods" in joined.output
+
+
 def test_summarize_merges_runs_of_the_same_questions_on_the_questions_all_finished(app, data, tmp_path):
     common = ["--dataset", str(data), "--model", f"{H}:always_yes_model", "--scorer", f"{H}:yes_low_scorer",
               "--no-progress", "--limit", "4", "--seed", "1"]

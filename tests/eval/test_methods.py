@@ -140,3 +140,17 @@ def test_only_a_method_that_indexes_documents_gets_them_and_reads_them_whole(mon
     assert seen["crp"] == {}
     build_method("diffrag", model=model("Conclusion: yes"))
     assert seen["diffrag"] == {}
+    # a method's own options reach its builder, beside the documents (the caller's values win)
+    build_methods(["diffrag", "crp-rag"], model=model("Conclusion: yes"), documents=docs,
+                  method_options={"crp-rag": {"fan_out": 1}, "diffrag": {"max_passages": 3}})
+    assert seen["crp"] == {"options": {"fan_out": 1}}
+    assert seen["diffrag"] == {"documents": docs, "options": {"max_passages": 3}}
+
+
+def test_method_options_are_refused_where_they_cannot_apply():
+    with pytest.raises(ValueError, match="takes no method options"):
+        build_method("tcrag-cppl", model=model("Conclusion: yes"), options={"fan_out": 1})
+    with pytest.raises(ValueError, match="not run"):
+        build_methods(["base"], model=model("Conclusion: yes"), method_options={"crp-rag": {"fan_out": 1}})
+    with pytest.raises(ValueError, match="fan_out"):  # the method's own options model validates them
+        build_method("crp-rag", model=model("Conclusion: yes"), options={"fan_out": 99})
