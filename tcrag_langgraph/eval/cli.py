@@ -160,6 +160,10 @@ def _indexed_documents(names: list[str], tools: str, records: list[Any], exclude
     return packaged_documents(max_passages=passages, ids=ids)
 
 
+#: a sufficiency threshold no path score reaches: CRP-RAG answers every question it can
+NEVER_ABSTAIN = 1e12
+
+
 def _method_options(value: Optional[str], names: list[str]) -> dict[str, dict[str, Any]]:
     """``--method-options``: a JSON object ``{method: {option: value}}`` for methods being run."""
     if not value:
@@ -353,9 +357,15 @@ def register(app: typer.Typer) -> None:
         model_id: Optional[str] = typer.Option(None, help="the id to store it under (default: the model's own name)"),
         save_unsupported: bool = typer.Option(False, help="store the sigma even when the value does not separate "
                                               "correct from wrong answers (AUROC <= 0.5)"),
+        method_options: Optional[str] = typer.Option(None, help="own options of a papers' method as JSON, "
+                                                     "as for tcrag eval"),
     ) -> None:
         """State values of correct vs wrong answers on a dev split: AUROC and a proposed sigma, stored
-        for ``sigma="auto"``."""
+        for ``sigma="auto"``.
+
+        With ``--method crp-rag`` the value is CRP-RAG's path score (the perplexity that decides
+        knowledge sufficiency), measured in a run that never abstains, and what is stored is its
+        ``sufficiency_threshold`` for ``"auto"``."""
         from ..config import TCRAGConfig
         from ..models import chat_model_id
         from .calibration import Calibration, calibrate, save_calibration
@@ -373,6 +383,14 @@ def register(app: typer.Typer) -> None:
         names = _split_methods([method])
         if len(names) != 1:
             raise typer.BadParameter("calibrate takes one method")
+        own_options = _method_options(method_options, names)
+        # CRP-RAG: calibrate its sufficiency threshold on the path scores of a run that answers every
+        # question (a threshold no score reaches), the same decision sigma makes for TC-RAG.
+        sufficiency = names[0] == "crp-rag"
+        if sufficiency:
+            if metrics != ["cppl"]:
+                raise typer.BadParameter("CRP-RAG's sufficiency is measured in cppl", param_hint="--metric")
+            own_options = {"crp-rag": {**own_options.get("crp-rag", {}), "sufficiency_threshold": NEVER_ABSTAIN}}
         if split is None and dataset.lower() == "pubmedqa":
             split = "trainval"
         all_records = _load_records(dataset, split, context, False, None, None, None)
@@ -387,10 +405,20 @@ def register(app: typer.Typer) -> None:
                 stored_id = chat_model_id(chat)
             except ValueError as exc:  # reported after the measurement, which stays useful
                 console.print(f"[yellow]{exc}: the result will not be stored (pass --model-id)[/]")
+        if sufficiency and stored_id:
+            from ..methods.crp_rag.calibration import SUFFICIENCY_SUFFIX
+
+            stored_id += SUFFICIENCY_SUFFIX
         state_scorer = resolve_scorer(scorer, chat)
-        graphs = build_methods(names, model=chat, tools=resolve_tools(tools), scorer=state_scorer, config=cfg)
+        try:
+            graphs = build_methods(names, model=chat, tools=resolve_tools(tools), scorer=state_scorer, config=cfg,
+                                   method_options=own_options)
+        except ValidationError as exc:
+            raise typer.BadParameter(str(exc), param_hint="--method-options") from exc
         settings = {"dataset": dataset, "split": split, "context": context, "limit": limit, "model": model,
                     "tools": tools, "scorer": scorer, "config": cfg.model_dump(mode="json"), "purpose": "calibrate"}
+        if own_options:
+            settings["method_options"] = own_options
         try:
             rows = run_evaluation(records, graphs, out_dir=out, settings=settings, seed=seed,
                                   include_context=context, progress=progress)
@@ -409,7 +437,9 @@ def register(app: typer.Typer) -> None:
             for row in rows:
                 answer = row.get("answer")
                 value: Optional[float] = None
-                if answer:
+                if sufficiency:  # the path score the run measured (None where nothing was retrieved)
+                    value = row.get("state_value")
+                elif answer:
                     question = format_question(by_id[row["id"]], include_context=context)
                     try:
                         value = float(state_scorer.score(question, answer, metric=one))
@@ -453,6 +483,7 @@ def register(app: typer.Typer) -> None:
                     console.print(f"[red]not stored:[/] {exc}")
                     raise typer.Exit(code=1) from exc
                 where = save_calibration(stored, calibration_file)
-                typer.echo(f"stored for sigma='auto' (model {stored_id!r}): {where}")
+                target = "sufficiency_threshold" if sufficiency else "sigma"
+                typer.echo(f"stored for {target}='auto' (model {stored_id!r}): {where}")
             elif save and stored_id:
                 typer.echo(f"{one}: not stored for sigma='auto' (pass --save-unsupported to store it anyway)")

@@ -100,3 +100,37 @@ class NamedModel(RecordingModel):
 
 def named_yes_model() -> NamedModel:
     return NamedModel(responses=["Conclusion: yes"])
+
+
+class CRPModel(NamedModel):
+    """CRP-RAG's prompts for the drug questions: one final step that restates the question, a
+    reasoning that names it (so :class:`DrugScorer`-like scorers can key on it), answer "yes"."""
+
+    def _call(self, messages, stop=None, run_manager=None, **kwargs):
+        import re
+
+        self.seen.append(list(messages))
+        text = messages[-1].content
+        named = re.search(r"The question is: (.*)", text)
+        if text.startswith("Please propose the next reasoning step"):
+            return f"Next step: {named.group(1)}\nFinal: yes"
+        if text.startswith("Please answer the question according to the relevant knowledge"):
+            return f"Reasoning on {named.group(1)}"
+        if "merge the relevant knowledge" in text:
+            return "Common points: a passage."
+        return "Answer: yes"
+
+
+def crp_model() -> CRPModel:
+    return CRPModel(responses=["unused"], seen=[])
+
+
+class ReasoningDrugScorer(TextScorer):
+    """Low perplexity for the reasoning on drugs 0, 2, 4 (gold yes), high for the others."""
+
+    def __init__(self) -> None:
+        super().__init__({"drug 0 ": 1.0, "drug 2 ": 2.0, "drug 4 ": 1.5}, default=8.0)
+
+
+def reasoning_drug_scorer() -> ReasoningDrugScorer:
+    return ReasoningDrugScorer()

@@ -85,6 +85,38 @@ def test_calibrate_warns_when_values_carry_no_signal(app, data, tmp_path):
     assert "AUROC (lower value = correct): 0.000" in result.output and "warning: the state value" in result.output
 
 
+def test_calibrate_crp_rag_stores_its_sufficiency_threshold_for_auto(app, data, tmp_path, monkeypatch):
+    """CRP-RAG's threshold is calibrated like sigma: the path scores of a run that never abstains,
+    stored under <model>+crp-rag, then read by sufficiency_threshold="auto"."""
+    from tcrag_langgraph.eval.calibration import default_calibration_path
+    from tcrag_langgraph.eval.methods import build_method
+    from tests.eval.helpers import crp_model, doc_tools, reasoning_drug_scorer
+
+    monkeypatch.setenv("TCRAG_CACHE_DIR", str(tmp_path / "cache"))
+    out = tmp_path / "cal"
+    args = ["calibrate", "--dataset", str(data), "--method", "crp-rag", "--model", f"{H}:crp_model",
+            "--scorer", f"{H}:reasoning_drug_scorer", "--tools", f"{H}:doc_tools", "--out", str(out), "--no-progress",
+            "--temperature", "0", "--method-options", '{"crp-rag": {"sufficiency_threshold": 0.5}}']
+    refused = CliRunner().invoke(app, [*args[:-2], "--metric", "uct", "--out", str(tmp_path / "u")],
+                                 env={"COLUMNS": "300"})
+    assert refused.exit_code != 0 and "sufficiency is measured in cppl" in refused.output
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 0, result.output
+    rows = [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()]
+    assert len(rows) == 6 and all(r["halt_reason"] != "abstained" for r in rows)  # the given 0.5 was overridden
+    report = json.loads((out / "calibration.json").read_text())
+    # path scores: correct (drugs 0, 2, 4) 1.0, 2.0, 1.5; wrong 8.0 -> Youden threshold (2 + 8) / 2
+    assert report["method"] == "crp-rag" and report["auroc"] == 1.0 and report["proposal"]["sigma"] == 5.0
+    stored = default_calibration_path("scripted-named+crp-rag", "cppl")
+    assert stored.exists() and f"stored for sufficiency_threshold='auto' (model 'scripted-named+crp-rag'): {stored}" \
+        in result.output.replace("\n", ""), result.output
+    graph = build_method("crp-rag", model=crp_model(), tools=doc_tools(), scorer=reasoning_drug_scorer(),
+                         options={"sufficiency_threshold": "auto"})
+    answered = graph.invoke({"question": "Is drug 2 safe?"})
+    abstained = graph.invoke({"question": "Is drug 3 safe?"})
+    assert answered["halt_reason"] != "abstained" and abstained["halt_reason"] == "abstained"
+
+
 def test_eval_model_names_go_through_resolve_chat_model(app, data, tmp_path, monkeypatch):
     from tcrag_langgraph.eval.cli import resolve_model
     from tcrag_langgraph.models import LocalChatModel

@@ -7,14 +7,17 @@ from typing import Any, Literal, Optional, Sequence
 
 from .options import CRPRAGOptions
 
-__all__ = ["sufficiency_model_id", "calibrate_sufficiency", "resolve_threshold"]
+__all__ = ["SUFFICIENCY_SUFFIX", "sufficiency_model_id", "calibrate_sufficiency", "resolve_threshold"]
+
+#: appended to a generator's model id to store its sufficiency calibration beside its sigma
+SUFFICIENCY_SUFFIX = "+crp-rag"
 
 
 def sufficiency_model_id(model: Any) -> str:
     """The id a generator's sufficiency calibration is stored under (``<chat_model_id>+crp-rag``)."""
     from ...models import chat_model_id
 
-    return f"{chat_model_id(model)}+crp-rag"
+    return f"{chat_model_id(model)}{SUFFICIENCY_SUFFIX}"
 
 
 def calibrate_sufficiency(
@@ -45,9 +48,9 @@ def resolve_threshold(options: CRPRAGOptions, model: Any) -> float:
         model_id = sufficiency_model_id(model)
         try:
             return float(load_calibration(model_id=model_id, metric="cppl").sigma)
-        except CalibrationNotFoundError:  # its hint names `tcrag calibrate`, which calibrates sigma, not this
+        except CalibrationNotFoundError:  # its hint is about sigma; say how to calibrate this threshold
             raise ValueError(
                 f"no stored sufficiency calibration for {model_id!r} at {default_calibration_path(model_id, 'cppl')}: "
-                "make one with calibrate_sufficiency(...) and save_calibration(...), or give "
-                "sufficiency_threshold as a number") from None
+                "make one with `tcrag calibrate --method crp-rag` (or calibrate_sufficiency(...) and "
+                "save_calibration(...)), or give sufficiency_threshold as a number") from None
     return float(options.sufficiency_threshold)
