@@ -234,8 +234,9 @@ def load_local_model(
         dtype: one of :data:`DTYPES`. On CPU float32 is fastest here (no bf16 units on the test
             machine); bfloat16 halves memory.
 
-    Only ``device="cpu"`` with float32 and bfloat16 was checked in this project's test suite; GPU
-    loading follows the same transformers calls but was not run here.
+    The suite checks ``device="cpu"`` with float32 and bfloat16 here; ``tests/test_gpu.py`` checks
+    CUDA (scores against the CPU reference, the KV cache, a monitored run) and is skipped without a
+    GPU. It has not yet run on one: no GPU was available to this project so far.
 
     Example:
         >>> lm = load_local_model()  # doctest: +SKIP
@@ -269,7 +270,7 @@ class LocalChatModel(BaseChatModel):
     model_config = ConfigDict(arbitrary_types_allowed=True)
 
     model_path: Optional[str] = Field(default=None, description="transformers folder or .gguf file; None = packaged SmolLM2")
-    device: str = Field(default="cpu", description="torch device: cpu, cuda, cuda:N, mps (GPU not checked in this project's tests)")
+    device: str = Field(default="cpu", description="torch device: cpu, cuda, cuda:N, mps (CUDA checks: tests/test_gpu.py)")
     dtype: str = Field(default="float32", description="float32, bfloat16 or float16")
     max_new_tokens: int = Field(default=500, ge=1)
     temperature: float = Field(default=0.6, ge=0.0)

@@ -1,0 +1,70 @@
+"""The packaged model on a CUDA GPU: loading by ``device``/``dtype``, scoring against the CPU float32
+reference, the stack-aligned KV cache against uncached generation, and a TC-RAG run whose monitor
+scores on the GPU. Skipped where torch sees no CUDA GPU (this project's CI and its 2-core machine);
+run them on a GPU machine with ``pytest tests/test_gpu.py``."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from tcrag_langgraph.scoring import LocalLMScorer
+
+pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+
+QUERY = "What treats scurvy?"
+TEXT = "Vitamin C treats scurvy."
+
+
+@pytest.mark.parametrize("dtype,rel", [("float32", 1e-3), ("bfloat16", 0.15), ("float16", 0.05)])
+def test_scores_on_the_gpu_agree_with_the_cpu_reference(lm, dtype, rel):
+    from tcrag_langgraph.models import load_local_model
+
+    gpu = load_local_model(device="cuda", dtype=dtype)
+    assert gpu.device.type == "cuda" and next(gpu.model.parameters()).dtype == getattr(torch, dtype)
+    for metric in ("cppl", "uct"):
+        reference = LocalLMScorer(lm).score(QUERY, TEXT, metric=metric)
+        value = LocalLMScorer(gpu).score(QUERY, TEXT, metric=metric)
+        assert math.isfinite(value) and value == pytest.approx(reference, rel=rel), metric
+
+
+def test_cached_generation_on_the_gpu_equals_uncached_over_pushes_and_pops():
+    from tcrag_langgraph.models import LocalChatModel
+    from tcrag_langgraph.state import Action, Frame
+
+    from .test_kv_cache import _ids, _messages, _script
+
+    cached = LocalChatModel(device="cuda", max_new_tokens=6, temperature=0.0)
+    plain = LocalChatModel(device="cuda", max_new_tokens=6, temperature=0.0, kv_cache=False)
+    gpu = cached.local_model
+    assert plain.local_model is gpu and gpu.device.type == "cuda"
+    reads = []
+    for stack in _script([Frame(action=Action.USER_QUERY, content="What treats type 2 diabetes?")]):
+        messages = _messages(stack, few_shot=False)
+        a, b = cached.invoke(messages), plain.invoke(messages)
+        a_ids = gpu.tokenizer(a.content, add_special_tokens=False)["input_ids"]
+        b_ids = gpu.tokenizer(b.content, add_special_tokens=False)["input_ids"]
+        if a_ids != b_ids:  # allowed only where float noise of the split prefill flipped a near-tie
+            k = next(i for i, (x, y) in enumerate(zip(a_ids, b_ids)) if x != y)
+            with torch.no_grad():
+                logits = gpu.model(torch.tensor([_ids(gpu, messages) + b_ids[:k]], device=gpu.device)).logits[0, -1]
+            gap = float(logits[b_ids[k]] - logits[a_ids[k]])
+            assert abs(gap) < 1e-3, f"outputs differ at token {k} with a logit gap of {gap}"
+        reads.append(a.usage_metadata["input_token_details"]["cache_read"])
+    assert reads[0] == 0 and all(r > 0 for r in reads[1:])
+    assert cached.kv_cache_stats["prefill_tokens"] < cached.kv_cache_stats["prompt_tokens"] / 2
+
+
+def test_a_tcrag_run_on_the_gpu_is_monitored_by_the_gpu_model():
+    from tcrag_langgraph import TCRAGConfig, build_graph
+    from tcrag_langgraph.models import LocalChatModel
+
+    chat = LocalChatModel(device="cuda", dtype="bfloat16", max_new_tokens=40, temperature=0.0)
+    graph = build_graph(model=chat, tools=[], config=TCRAGConfig(max_steps=2, sigma=1e6))
+    out = graph.invoke({"question": "Which vitamin deficiency causes scurvy?"})
+    assert out["halt_reason"] in {"validated", "max_steps", "format_error", "repeated_conclusion"}
+    assert out["answer"] and chat.local_model.device.type == "cuda"
+    measured = [e["raw"] for e in out.get("state_history", []) if e.get("raw") is not None]
+    assert measured and all(math.isfinite(v) for v in measured)  # scored by the same GPU weights
