@@ -26,13 +26,36 @@ from typing import Any, Optional, Sequence, Union
 
 from pydantic import BaseModel, ValidationError
 
-__all__ = ["AnswerFormat", "check", "fit", "problem", "instructions", "validate_format"]
+__all__ = ["AnswerFormat", "ANSWER_LABEL", "check", "final_answer", "fit", "problem", "instructions", "validate_format"]
 
 #: Allowed answers (matched case-insensitively), or a Pydantic model the answer must validate against.
 AnswerFormat = Union[tuple[str, ...], type[BaseModel]]
 
 _MARKUP = re.compile(r"[*_`#>\"'“”‘’\[\]]")
 _LEAD = re.compile(r"^\s*(?:final\s+answer|answer|conclusion|option|choice)\s*(?:is)?\s*[:：\-]?\s*", re.IGNORECASE)
+
+
+#: an "Answer:" label opening a line ("Final answer:", "**Answer**:", "答案：" too), and the blanks after it
+ANSWER_LABEL = re.compile(r"(?:^|\n)\s*(?:\*\*)?(?:final\s+answer|answer|答案)(?:\*\*)?\s*[:：]\s*", re.IGNORECASE)
+
+
+def final_answer(text: str, *, keep_label: bool = True) -> str:
+    r"""The last "Answer:" line of a reply and what follows it (without the label when
+    ``keep_label=False``); the whole reply, stripped, when it has no such line or nothing follows.
+
+    Example:
+        >>> final_answer("Steps...\nAnswer: no")
+        'Answer: no'
+        >>> final_answer("Steps...\nAnswer: no", keep_label=False)
+        'no'
+        >>> final_answer("no label")
+        'no label'
+    """
+    matches = list(ANSWER_LABEL.finditer(text))
+    if not matches:
+        return text.strip()
+    last = matches[-1]
+    return text[last.start() if keep_label else last.end():].strip() or text.strip()
 
 
 def validate_format(value: Any) -> Optional[AnswerFormat]:

@@ -155,21 +155,11 @@ _SYSTEM = {
         "does not, and answer the question directly and briefly."
     ),
 }
-_ANSWER_LINE = re.compile(r"(?:^|\n)\s*(?:\*\*)?(?:final\s+answer|answer|答案)(?:\*\*)?\s*[:：]", re.IGNORECASE)
 
 
 class DirectState(MethodState, total=False):
     knowledge: list[dict[str, Any]]
     raw_output: str
-
-
-def _final_answer(text: str) -> str:
-    """The part after the last "Answer:" line of a chain of thought (the whole text if none)."""
-    matches = list(_ANSWER_LINE.finditer(text))
-    if not matches:
-        return text.strip()
-    tail = text[matches[-1].start():].strip()
-    return tail or text.strip()
 
 
 def _answer_line(text: str) -> str:
@@ -182,7 +172,7 @@ def _answer_line(text: str) -> str:
         >>> _answer_line("Answer:\n\n B) Insulin\nbecause ...")
         'B) Insulin'
     """
-    matches = list(_ANSWER_LINE.finditer(text))
+    matches = list(answer_format.ANSWER_LABEL.finditer(text))
     if not matches:
         return ""
     rest = text[matches[-1].end():]
@@ -248,7 +238,7 @@ def _direct_graph(name: str, model: BaseChatModel, tools: Sequence[BaseTool], ba
                 return {**base, "llm_calls": calls, "format_retries": retries, "answer": None, "raw_output": "",
                         "structured_answer": None, "halt_reason": "model_error",
                         "error": f"{type(exc).__name__}: {exc}"}
-            final = (_final_answer(text) if name == "cot" else text.strip()) or None
+            final = (answer_format.final_answer(text) if name == "cot" else text.strip()) or None
             structured, problem = answer_format.check(fmt, final or "")
             if problem is not None and name == "cot" and _answer_line(text):  # the labelled line alone
                 line_structured, line_problem = answer_format.check(fmt, _answer_line(text))

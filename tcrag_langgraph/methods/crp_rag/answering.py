@@ -51,8 +51,6 @@ class AnswerNodes(CRPRAGMachine):
 
     # ----- AG: answers along the paths, integrated -----
     def answer(self, state: CRPState, config: RunnableConfig, runtime: Runtime) -> Command[Literal["__end__"]]:
-        from ...eval.methods import _final_answer  # one home: the part after the last "Answer:" line
-
         counters = self.counters(state)
         events: list[TraceEvent] = []
         nodes = state["nodes"]
@@ -90,7 +88,7 @@ class AnswerNodes(CRPRAGMachine):
                                                + rule_note)]
                 text = self.ask(counters, final_messages, config, max_new_tokens=cfg.max_new_tokens,
                                 temperature=cfg.temperature)
-            final = _final_answer(text)
+            final = answer_format.final_answer(text)
             structured, problem = answer_format.check(fmt, final)
             # Bounded: at most max_format_retries re-prompts when the answer does not fit the asked format.
             while fmt is not None and problem is not None and retries < cfg.max_format_retries:
@@ -99,7 +97,7 @@ class AnswerNodes(CRPRAGMachine):
                                   HumanMessage(content=f"Your answer could not be used: {problem}. {rule}")]
                 text = self.ask(counters, final_messages, config, max_new_tokens=cfg.max_new_tokens,
                                 temperature=cfg.temperature)
-                final = _final_answer(text)
+                final = answer_format.final_answer(text)
                 structured, problem = answer_format.check(fmt, final)
         except RunFailure as failure:
             return self.halt(state, config, counters, events, reason=failure.reason, error=str(failure),

@@ -15,6 +15,8 @@ from typing import Any, Mapping, Optional
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from ... import answer_format
+
 
 #: Longest triple part, in characters.
 MAX_PART_CHARS = 200
@@ -144,11 +146,6 @@ def parse_triples(text: str, *, max_triples: int, allow_unknown: bool = False) -
     return TripleParse(tuple(triples), tuple(problems))
 
 
-_ANSWER_LINE = re.compile(r"(?:^|\n)\s*(?:\*\*)?(?:final\s+answer|answer)(?:\*\*)?\s*[:：]\s*", re.IGNORECASE)
-
-
 def final_answer(text: str) -> str:
     """The text after the last ``Answer:`` line of a reply, or the whole reply when it has none."""
-    matches = list(_ANSWER_LINE.finditer(text))
-    tail = text[matches[-1].end():].strip() if matches else ""
-    return tail or text.strip()
+    return answer_format.final_answer(text, keep_label=False)
