@@ -85,3 +85,18 @@ def test_parse_bounds_the_number_of_forms():
         parse_logical_forms(text, max_forms=4)
     with pytest.raises(ValueError):
         parse_logical_forms(text, max_forms=0)
+
+
+def test_a_quoted_word_that_looks_like_a_variable_is_text():
+    # What Qwen2.5-Coder-0.5B wrote for a PubMedQA trainval question: 'T4' is a tumour stage.
+    text = ("Step1: Should direct mesocolon invasion be included in T4?\nAction1: Deduce(op=choice, "
+            "content=['T4', 'staging'], target='should it be T4')->d1\nStep2: Output #1.\nAction2: Output(#1)")
+    plan = parse_logical_forms(text)
+    assert [c.text for c in plan.forms[0].content] == ["T4", "staging"] and plan.forms[0].references == []
+    assert plan.forms[1].references == [1]
+    # a quoted known variable is still a reference, and a bare unknown one is still refused
+    known = ("Step1: A?\nAction1: Retrieval(s=s1:p['x'], p=p1:r, o=o1:y)\n"
+             "Step2: B?\nAction2: Deduce(op=extract, content=['o1', 'T4'], target='b')")
+    assert [c.step for c in parse_logical_forms(known).forms[1].content] == [1, None]
+    with pytest.raises(LogicalFormParseError, match="no earlier action defined"):
+        parse_logical_forms(known.replace("['o1', 'T4']", "[o1, T4]"))

@@ -69,7 +69,9 @@ class _FormReader:
         if value in self.known:
             self.bindings[value] = self.known[value]
             return self.known[value]
-        if _VARIABLE.match(value):
+        # A quoted word is text even when it looks like a variable ('T4' is a tumour stage); only a
+        # bare one must be a variable an earlier action defined.
+        if _VARIABLE.match(value) and value == raw.strip():
             raise LogicalFormParseError(
                 f"Action{self.index} uses the variable {value!r}, which no earlier action defined "
                 f"(defined so far: {', '.join(sorted(self.known)) or 'none'}); refer to earlier answers as #n")
