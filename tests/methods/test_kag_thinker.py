@@ -304,6 +304,32 @@ def test_bad_arguments_are_plain_value_errors():
         graph.invoke({"question": "q?"}, context={"max_depth_turns": 99})
 
 
+def test_the_plan_gets_its_own_token_budget():
+    """A whole plan needs more tokens than one action: max_plan_tokens sets the decomposition's
+    budget (per call, as LocalChatModel takes it); without it the shared max_new_tokens applies."""
+    from langchain_core.messages import AIMessage
+    from langchain_core.outputs import ChatGeneration, ChatResult
+    from pydantic import Field
+
+    from tcrag_langgraph.models import LocalChatModel
+
+    class BudgetRecorder(LocalChatModel):  # no weights are loaded: _generate is replaced
+        budgets: list = Field(default_factory=list)
+
+        def _generate(self, messages, stop=None, run_manager=None, **kwargs):
+            self.budgets.append(kwargs.get("max_new_tokens"))
+            return ChatResult(generations=[ChatGeneration(message=AIMessage(content=MATH_PLAN))])
+
+    for options, expected in (({"max_plan_tokens": 400}, [400]), ({}, [96])):
+        model = BudgetRecorder()
+        graph = build_kag_thinker_graph(model=model, config={"max_new_tokens": 96},
+                                        options={"knowledge_boundary": False, **options})
+        assert graph.invoke({"question": "6 x 7?"})["answer"] == "42"
+        assert model.budgets == expected
+    with pytest.raises(ValueError):
+        build_kag_thinker_graph(model=BudgetRecorder(), options={"max_plan_tokens": 8})
+
+
 def test_registered_for_eval():
     from tcrag_langgraph.eval.methods import METHODS, build_method
 

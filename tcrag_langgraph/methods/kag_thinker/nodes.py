@@ -59,8 +59,10 @@ class _Solver(_RetrievalNodes):
         ]
         work.update(trace=state.get("trace"), llm_calls=state.get("llm_calls", 0), token_usage=state.get("token_usage"),
                     steps=state.get("steps", 0))
+        plan_cfg = cfg if options.max_plan_tokens is None else cfg.model_copy(
+            update={"max_new_tokens": options.max_plan_tokens})
         plan = self.ask_parsed(work, messages, lambda t: parse_logical_forms(t, max_forms=options.max_logical_forms),
-                               cfg, config, what="Logical_Form",
+                               plan_cfg, config, what="Logical_Form",
                                instructions="Write StepN: / ActionN: pairs as in the example, the last one an Output.")
         forms = [f.model_dump() for f in plan.forms]
         for form in plan.forms:

@@ -29,6 +29,10 @@ class KAGThinkerOptions(BaseModel):
 
     max_logical_forms: int = Field(default=6, ge=1, le=_MAX_FORMS_CAP,
                                    description="Logical forms one decomposition may hold (Output included).")
+    max_plan_tokens: Optional[int] = Field(
+        default=None, ge=16, le=4096,
+        description="New tokens of the decomposition reply, a whole plan of logical forms (None: the shared "
+        "max_new_tokens, which a one-action budget such as 150 can cut mid-plan). Per call only for LocalChatModel.")
     max_depth_turns: int = Field(default=3, ge=1, le=_MAX_TURNS_CAP,
                                  description="Retrieve-focus turns per Retrieval sub-question.")
     knowledge_boundary: bool = Field(
