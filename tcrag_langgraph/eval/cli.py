@@ -175,16 +175,12 @@ def _method_options(value: Optional[str], names: list[str]) -> dict[str, dict[st
     if not isinstance(parsed, dict) or not all(isinstance(v, dict) for v in parsed.values()):
         raise typer.BadParameter('a JSON object of objects, e.g. {"crp-rag": {"fan_out": 2}}',
                                  param_hint="--method-options")
-    from .methods import METHODS
+    from .methods import check_method_options
 
-    for name in parsed:
-        if name not in names:
-            raise typer.BadParameter(f"{name!r} is not among the methods run ({', '.join(names)})",
-                                     param_hint="--method-options")
-        if METHODS[name].kind != "graph":
-            raise typer.BadParameter(f"{name} has no own options (its settings are the common flags)",
-                                     param_hint="--method-options")
-    return parsed
+    try:  # before the model loads, so a typo costs nothing
+        return check_method_options(names, parsed)
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc), param_hint="--method-options") from exc
 
 
 def _split_methods(values: list[str]) -> list[str]:

@@ -56,7 +56,8 @@ from ..prompting import message_text
 from ..state import MethodState
 from ..tools.layer import invoke_tool, is_tool_error
 
-__all__ = ["MethodSpec", "METHODS", "METHOD_NAMES", "build_method", "build_methods", "tcrag_config_for"]
+__all__ = ["MethodSpec", "METHODS", "METHOD_NAMES", "build_method", "build_methods", "check_method_options",
+           "tcrag_config_for"]
 
 
 @dataclass(frozen=True)
@@ -295,10 +296,8 @@ def build_method(
     spec = _spec(name)
     if not isinstance(model, BaseChatModel):
         raise TypeError(f"model must be a LangChain chat model, got {type(model).__name__}")
-    if options and spec.kind != "graph":
-        with_options = ", ".join(n for n, s in METHODS.items() if s.kind == "graph")
-        raise ValueError(f"{name} takes no method options (only {with_options} do); its settings are "
-                         "TCRAGConfig fields")
+    if options:
+        _check_takes_options(name)
     base = config or TCRAGConfig()
     if spec.kind == "direct":
         return _direct_graph(name, model, list(tools) if spec.uses_tools else [], base)
@@ -316,6 +315,27 @@ def build_method(
     return build_graph(model=model, tools=list(tools), scorer=scorer, config=cfg, name=name)
 
 
+def _check_takes_options(name: str) -> None:
+    if _spec(name).kind != "graph":
+        with_options = ", ".join(n for n, s in METHODS.items() if s.kind == "graph")
+        raise ValueError(f"{name} takes no method options (only {with_options} do); its settings are "
+                         "TCRAGConfig fields")
+
+
+def check_method_options(names: Sequence[str],
+                         method_options: Optional[Mapping[str, Mapping[str, Any]]]) -> dict[str, Mapping[str, Any]]:
+    """``method_options`` as a dict, after checking that each names a method being run that has own
+    options (a ValueError says which does not); the values are validated by the method's builder."""
+    method_options = dict(method_options or {})
+    unused = [n for n in method_options if n not in names]
+    if unused:
+        raise ValueError(f"options given for methods that are not run: {unused} (run: {', '.join(names)})")
+    for name, options in method_options.items():
+        if options:
+            _check_takes_options(name)
+    return method_options
+
+
 def build_methods(
     names: Sequence[str],
     *,
@@ -329,13 +349,10 @@ def build_methods(
 ) -> dict[str, Any]:
     """``{name: graph}`` for several methods sharing one model, tool list, scorer and documents;
     ``method_options`` maps a method name to its own options (see :func:`build_method`)."""
-    method_options = dict(method_options or {})
-    unknown = [n for n in [*names, *method_options] if n not in METHODS]
+    unknown = [n for n in names if n not in METHODS]
     if unknown:
         raise ValueError(f"unknown methods {unknown}; choose from {', '.join(METHOD_NAMES)}")
-    unused = [n for n in method_options if n not in names]
-    if unused:
-        raise ValueError(f"options given for methods that are not run: {unused}")
+    method_options = check_method_options(names, method_options)
     return {
         n: build_method(n, model=model, tools=tools, scorer=scorer, config=config, sigmas=sigmas, documents=documents,
                         options=method_options.get(n))
