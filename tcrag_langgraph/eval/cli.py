@@ -160,10 +160,6 @@ def _indexed_documents(names: list[str], tools: str, records: list[Any], exclude
     return packaged_documents(max_passages=passages, ids=ids)
 
 
-#: a sufficiency threshold no path score reaches: CRP-RAG answers every question it can
-NEVER_ABSTAIN = 1e12
-
-
 def _method_options(value: Optional[str], names: list[str]) -> dict[str, dict[str, Any]]:
     """``--method-options``: a JSON object ``{method: {option: value}}`` for methods being run."""
     if not value:
@@ -386,6 +382,8 @@ def register(app: typer.Typer) -> None:
         if sufficiency:
             if metrics != ["cppl"]:
                 raise typer.BadParameter("CRP-RAG's sufficiency is measured in cppl", param_hint="--metric")
+            from ..methods.crp_rag.calibration import NEVER_ABSTAIN
+
             own_options = {"crp-rag": {**own_options.get("crp-rag", {}), "sufficiency_threshold": NEVER_ABSTAIN}}
         if split is None and dataset.lower() == "pubmedqa":
             split = "trainval"

@@ -7,10 +7,12 @@ from typing import Any, Literal, Optional, Sequence
 
 from .options import CRPRAGOptions
 
-__all__ = ["SUFFICIENCY_SUFFIX", "sufficiency_model_id", "calibrate_sufficiency", "resolve_threshold"]
+__all__ = ["NEVER_ABSTAIN", "SUFFICIENCY_SUFFIX", "sufficiency_model_id", "calibrate_sufficiency", "resolve_threshold"]
 
 #: appended to a generator's model id to store its sufficiency calibration beside its sigma
 SUFFICIENCY_SUFFIX = "+crp-rag"
+#: a sufficiency threshold no path score reaches: a calibration run answers every question it can
+NEVER_ABSTAIN = 1e12
 
 
 def sufficiency_model_id(model: Any) -> str:
@@ -27,7 +29,7 @@ def calibrate_sufficiency(
     """A :class:`~tcrag_langgraph.eval.calibration.Calibration` of ``sufficiency_threshold``.
 
     ``path_scores`` are the runs' ``path_score`` (also the eval rows' ``state_value``) from a dev
-    split run with a threshold high enough never to abstain; ``correct`` whether each answer was
+    split run with ``sufficiency_threshold=NEVER_ABSTAIN``; ``correct`` whether each answer was
     right. A question is answered exactly when its path score is below the threshold, so this is
     the same decision sigma makes, chosen by the same rule. Save it with
     :func:`~tcrag_langgraph.eval.calibration.save_calibration`; ``sufficiency_threshold="auto"``
