@@ -137,10 +137,13 @@ def breakdown(args: argparse.Namespace) -> None:
     t0 = time.perf_counter()
     from typer.testing import CliRunner
 
-    from tcrag_langgraph import cli, graph, models, scoring
+    from tcrag_langgraph.faces import cli
+    from tcrag_langgraph.machine import kernel
+    from tcrag_langgraph.models import local as models
+    from tcrag_langgraph.monitor import scoring
 
     import_s = time.perf_counter() - t0
-    print(f"import tcrag_langgraph.cli (all sub-commands): {import_s:.1f} s")
+    print(f"import tcrag_langgraph.faces.cli (all sub-commands): {import_s:.1f} s")
     seen_tools: set[str] = set()
 
     def tool_key(tool: Any, *a: Any, **kw: Any) -> str:
@@ -152,19 +155,19 @@ def breakdown(args: argparse.Namespace) -> None:
         bucket: dict[str, float] = defaultdict(float)
         counts: dict[str, int] = defaultdict(int)
         originals = (models.load_local_model, cli._default_tools, models.LocalChatModel._generate,
-                     scoring.LocalLMScorer.score, graph.invoke_tool)
+                     scoring.LocalLMScorer.score, kernel.invoke_tool)
         models.load_local_model = _timer(bucket, counts, "model load", originals[0])
         cli._default_tools = _timer(bucket, counts, "tool construction", originals[1])
         models.LocalChatModel._generate = _timer(bucket, counts, "generation", originals[2])
         scoring.LocalLMScorer.score = _timer(bucket, counts, "state scoring", originals[3])
-        graph.invoke_tool = _timer(bucket, counts, tool_key, originals[4])
+        kernel.invoke_tool = _timer(bucket, counts, tool_key, originals[4])
         try:
             start = time.perf_counter()
             result = CliRunner().invoke(cli.app, ["ask", question, "--json", *shlex.split(args.args)])
             total = time.perf_counter() - start
         finally:
             (models.load_local_model, cli._default_tools, models.LocalChatModel._generate,
-             scoring.LocalLMScorer.score, graph.invoke_tool) = originals
+             scoring.LocalLMScorer.score, kernel.invoke_tool) = originals
         data = json.loads(result.stdout[result.stdout.index("{"):])
         print(f"\nQ: {question}  (load {os.getloadavg()[0]:.1f})\n   total {total:.1f} s, steps {data['steps']}, "
               f"halt {data['halt_reason']}, completion tokens {data['token_usage'].get('completion')}")

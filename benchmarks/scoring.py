@@ -65,8 +65,8 @@ def main() -> None:
     p.add_argument("--repeat", type=int, default=3, help="frames scored per cell and variant")
     args = p.parse_args()
     set_threads(args.threads)
-    from tcrag_langgraph.models import load_local_model
-    from tcrag_langgraph.scoring import LocalLMScorer
+    from tcrag_langgraph.models.local import load_local_model
+    from tcrag_langgraph.monitor.scoring import LocalLMScorer
 
     lm = load_local_model()
     tok = lm.tokenizer

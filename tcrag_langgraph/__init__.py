@@ -16,33 +16,33 @@ from typing import TYPE_CHECKING, Any
 
 #: public name -> the module (relative to this package) that defines it
 _EXPORTS: dict[str, str] = {
-    "build_graph": ".graph",
-    "EVENT_NAME": ".graph",
-    "HALT_REASONS": ".graph",
-    "TCRAGConfig": ".config",
+    "build_graph": ".machine.graph",
+    "EVENT_NAME": ".machine.graph",
+    "HALT_REASONS": ".machine.graph",
+    "TCRAGConfig": ".machine.config",
     "CallerContext": ".tools.identity",
-    "TCRAGState": ".state",
-    "Frame": ".state",
-    "Action": ".state",
-    "ToolCallRecord": ".state",
-    "TraceEvent": ".state",
-    "StateScorer": ".scoring",
-    "LocalLMScorer": ".scoring",
-    "scorer_for_model": ".scoring",
-    "MonitorUnavailableError": ".scoring",
-    "CompletionsLogprobScorer": ".remote_scorer",
-    "LocalChatModel": ".models",
-    "load_local_model": ".models",
-    "resolve_chat_model": ".models",
-    "resolve_sigma": ".eval.calibration",
-    "RunResult": ".result",
-    "HaltReason": ".transitions",
-    "parse_action": ".actions",
-    "ParsedAction": ".actions",
-    "ActionParseError": ".actions",
-    "as_chat_runnable": ".integration",
-    "checkpoint_serde": ".integration",
-    "tcrag_events": ".integration",
+    "TCRAGState": ".machine.state",
+    "Frame": ".machine.state",
+    "Action": ".machine.state",
+    "ToolCallRecord": ".machine.state",
+    "TraceEvent": ".machine.state",
+    "StateScorer": ".monitor.scoring",
+    "LocalLMScorer": ".monitor.scoring",
+    "scorer_for_model": ".monitor.scoring",
+    "MonitorUnavailableError": ".monitor.scoring",
+    "CompletionsLogprobScorer": ".monitor.served",
+    "LocalChatModel": ".models.local",
+    "load_local_model": ".models.local",
+    "resolve_chat_model": ".models.local",
+    "resolve_sigma": ".monitor.calibration",
+    "RunResult": ".machine.result",
+    "HaltReason": ".machine.transitions",
+    "parse_action": ".machine.actions",
+    "ParsedAction": ".machine.actions",
+    "ActionParseError": ".machine.actions",
+    "as_chat_runnable": ".faces.integration",
+    "checkpoint_serde": ".faces.integration",
+    "tcrag_events": ".faces.integration",
 }
 
 __all__ = list(_EXPORTS)
@@ -63,15 +63,15 @@ def __dir__() -> list[str]:
 
 
 if TYPE_CHECKING:  # static type checkers and IDEs see the real names
-    from .actions import ActionParseError, ParsedAction, parse_action
-    from .config import TCRAGConfig
-    from .graph import EVENT_NAME, HALT_REASONS, build_graph
-    from .integration import as_chat_runnable, checkpoint_serde, tcrag_events
-    from .eval.calibration import resolve_sigma
-    from .models import LocalChatModel, load_local_model, resolve_chat_model
-    from .remote_scorer import CompletionsLogprobScorer
-    from .result import RunResult
-    from .scoring import LocalLMScorer, MonitorUnavailableError, StateScorer, scorer_for_model
-    from .transitions import HaltReason
-    from .state import Action, Frame, TCRAGState, ToolCallRecord, TraceEvent
+    from .machine.actions import ActionParseError, ParsedAction, parse_action
+    from .machine.config import TCRAGConfig
+    from .machine.graph import EVENT_NAME, HALT_REASONS, build_graph
+    from .faces.integration import as_chat_runnable, checkpoint_serde, tcrag_events
+    from .monitor.calibration import resolve_sigma
+    from .models.local import LocalChatModel, load_local_model, resolve_chat_model
+    from .monitor.served import CompletionsLogprobScorer
+    from .machine.result import RunResult
+    from .monitor.scoring import LocalLMScorer, MonitorUnavailableError, StateScorer, scorer_for_model
+    from .machine.transitions import HaltReason
+    from .machine.state import Action, Frame, TCRAGState, ToolCallRecord, TraceEvent
     from .tools.identity import CallerContext

@@ -29,7 +29,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
 
-from tcrag_langgraph.models import load_local_model
+from tcrag_langgraph.models.local import load_local_model
 
 MODEL_NAME = "smollm2"
 

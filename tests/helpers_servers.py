@@ -112,11 +112,11 @@ def python_cmd(*args: str) -> list[str]:
 
 
 def users_file(path: Path, users: dict[str, dict]) -> Path:
-    """Write a users file (see ``tcrag_langgraph.auth``): ``{token: {"identity": ..., ...}}`` in,
+    """Write a users file (see ``tcrag_langgraph.faces.auth``): ``{token: {"identity": ..., ...}}`` in,
     hashed tokens out. Returns its path."""
     import json
 
-    from tcrag_langgraph.auth import hash_token
+    from tcrag_langgraph.faces.auth import hash_token
 
     records = [{**record, "token_sha256": hash_token(token)} for token, record in users.items()]
     path.write_text(json.dumps({"users": records}), encoding="utf-8")

@@ -8,8 +8,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tcrag_langgraph.actions import ActionParseError, format_instructions, parse_action
-from tcrag_langgraph.state import Action
+from tcrag_langgraph.machine.actions import ActionParseError, format_instructions, parse_action
+from tcrag_langgraph.machine.state import Action
 
 TOOLS = ["DOC_RAG", "KG_RAG", "WEB_SEARCH"]
 

@@ -9,7 +9,7 @@ import time
 
 from langgraph.checkpoint.memory import InMemorySaver
 
-from tcrag_langgraph.integration import checkpoint_serde
+from tcrag_langgraph.faces.integration import checkpoint_serde
 from tcrag_langgraph import build_graph
 from tcrag_langgraph.testing import ScriptedChatModel, ScriptedReply, scripted_components, scripted_graph
 

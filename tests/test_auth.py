@@ -8,15 +8,15 @@ import json
 import httpx
 import pytest
 
-from tcrag_langgraph.auth import (
+from tcrag_langgraph.faces.auth import (
     AuthenticatedUser,
     UserDirectory,
     UserRecord,
-    caller_for_run,
     hash_token,
     token_from_headers,
 )
-from tcrag_langgraph.config import CallerContext
+from tcrag_langgraph.machine.config import CallerContext
+from tcrag_langgraph.machine.identity import caller_for_run
 
 from .helpers_servers import langgraph_dev, script_file, users_file
 

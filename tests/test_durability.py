@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 from langgraph.checkpoint.sqlite import SqliteSaver
 
-from tcrag_langgraph.integration import checkpoint_serde
+from tcrag_langgraph.faces.integration import checkpoint_serde
 from tcrag_langgraph.testing import scripted_graph
 
 from .helpers_servers import REPO, script_file
@@ -24,7 +24,7 @@ from .helpers_servers import REPO, script_file
 RUNNER = textwrap.dedent('''
     import asyncio, json, sqlite3, sys
     from langgraph.types import Command
-    from tcrag_langgraph.integration import checkpoint_serde
+    from tcrag_langgraph.faces.integration import checkpoint_serde
     from tcrag_langgraph.testing import scripted_graph
 
     mode, script, db, thread, action, question = sys.argv[1:7]

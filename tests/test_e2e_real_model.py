@@ -13,7 +13,7 @@ import pytest
 from typer.testing import CliRunner
 
 from tcrag_langgraph import Action, TCRAGConfig, build_graph
-from tcrag_langgraph.graph import HALT_REASONS
+from tcrag_langgraph.machine.graph import HALT_REASONS
 
 pytestmark = pytest.mark.slow
 
@@ -53,7 +53,7 @@ def test_real_model_answers_within_the_budget():
 
 def test_real_model_with_the_default_tools_via_cli():
     result = CliRunner().invoke(
-        __import__("tcrag_langgraph.cli", fromlist=["app"]).app,
+        __import__("tcrag_langgraph.faces.cli", fromlist=["app"]).app,
         ["ask", Q, "--json", "--max-steps", "3", "--max-new-tokens", "48", "--temperature", "0"],
     )
     assert result.exit_code in (0, 1), result.output

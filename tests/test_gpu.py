@@ -10,7 +10,7 @@ import math
 import pytest
 import torch
 
-from tcrag_langgraph.scoring import LocalLMScorer
+from tcrag_langgraph.monitor.scoring import LocalLMScorer
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 
@@ -20,7 +20,7 @@ TEXT = "Vitamin C treats scurvy."
 
 @pytest.mark.parametrize("dtype,rel", [("float32", 1e-3), ("bfloat16", 0.15), ("float16", 0.05)])
 def test_scores_on_the_gpu_agree_with_the_cpu_reference(lm, dtype, rel):
-    from tcrag_langgraph.models import load_local_model
+    from tcrag_langgraph.models.local import load_local_model
 
     gpu = load_local_model(device="cuda", dtype=dtype)
     assert gpu.device.type == "cuda" and next(gpu.model.parameters()).dtype == getattr(torch, dtype)
@@ -31,8 +31,8 @@ def test_scores_on_the_gpu_agree_with_the_cpu_reference(lm, dtype, rel):
 
 
 def test_cached_generation_on_the_gpu_equals_uncached_over_pushes_and_pops():
-    from tcrag_langgraph.models import LocalChatModel
-    from tcrag_langgraph.state import Action, Frame
+    from tcrag_langgraph.models.local import LocalChatModel
+    from tcrag_langgraph.machine.state import Action, Frame
 
     from .test_kv_cache import _ids, _messages, _script
 
@@ -59,7 +59,7 @@ def test_cached_generation_on_the_gpu_equals_uncached_over_pushes_and_pops():
 
 def test_a_tcrag_run_on_the_gpu_is_monitored_by_the_gpu_model():
     from tcrag_langgraph import TCRAGConfig, build_graph
-    from tcrag_langgraph.models import LocalChatModel
+    from tcrag_langgraph.models.local import LocalChatModel
 
     chat = LocalChatModel(device="cuda", dtype="bfloat16", max_new_tokens=40, temperature=0.0)
     graph = build_graph(model=chat, tools=[], config=TCRAGConfig(max_steps=2, sigma=1e6))

@@ -388,7 +388,7 @@ def test_build_graph_validates_arguments():
 
 def test_a_generator_without_log_probs_needs_an_explicit_monitor():
     """Issue 11: never score with a different model silently."""
-    from tcrag_langgraph.scoring import MonitorUnavailableError
+    from tcrag_langgraph.monitor.scoring import MonitorUnavailableError
 
     with pytest.raises(MonitorUnavailableError, match="scorer=.*enable_state_monitor=False"):
         build_graph(model=scripted(["Conclusion: x"]))

@@ -13,7 +13,7 @@ from langgraph.graph import END, START, MessagesState, StateGraph
 from langgraph.types import Command
 
 from tcrag_langgraph import TCRAGConfig
-from tcrag_langgraph.integration import as_chat_runnable, checkpoint_serde, tcrag_events, to_graph_input
+from tcrag_langgraph.faces.integration import as_chat_runnable, checkpoint_serde, tcrag_events, to_graph_input
 from tcrag_langgraph.testing import scripted_graph
 
 SCRIPT = {

@@ -10,9 +10,9 @@ import torch
 from langchain_core.messages import AIMessage, HumanMessage, SystemMessage
 from transformers import DynamicCache
 
-from tcrag_langgraph.kv_cache import CacheLease, PromptKVPool, PrefixStateCache, common_prefix_len, crop_cache
-from tcrag_langgraph.prompting import demonstrations, system_prompt, turn_text
-from tcrag_langgraph.state import Action, Frame, ToolCallRecord, pop, push, render_stack, replace_top
+from tcrag_langgraph.models.kv_cache import CacheLease, PromptKVPool, PrefixStateCache, common_prefix_len, crop_cache
+from tcrag_langgraph.machine.prompting import demonstrations, system_prompt, turn_text
+from tcrag_langgraph.machine.state import Action, Frame, ToolCallRecord, pop, push, render_stack, replace_top
 
 LAYERS = 2
 
@@ -204,10 +204,10 @@ def _messages(stack, *, few_shot=True):
 
 
 def _ids(lm, messages):
-    from tcrag_langgraph.models import _role
-    from tcrag_langgraph.prompting import message_text
+    from tcrag_langgraph.models.local import _role
+    from tcrag_langgraph.tools.layer.outcome import content_text
 
-    chat = [{"role": _role(m), "content": message_text(m.content)} for m in messages]
+    chat = [{"role": _role(m), "content": content_text(m.content)} for m in messages]
     return lm.tokenizer.apply_chat_template(chat, add_generation_prompt=True, tokenize=True, return_dict=True)["input_ids"]
 
 
@@ -296,7 +296,7 @@ def _gen_ids(chat, messages):
 
 
 def test_cached_generation_equals_uncached_over_pushes_and_pops(lm):
-    from tcrag_langgraph.models import LocalChatModel
+    from tcrag_langgraph.models.local import LocalChatModel
 
     cached = LocalChatModel(max_new_tokens=4, temperature=0.0)
     plain = LocalChatModel(max_new_tokens=4, temperature=0.0, kv_cache=False)
@@ -316,7 +316,7 @@ def test_cached_generation_equals_uncached_over_pushes_and_pops(lm):
 
 
 def test_concurrent_questions_get_their_own_answers(lm):
-    from tcrag_langgraph.models import LocalChatModel
+    from tcrag_langgraph.models.local import LocalChatModel
 
     cached = LocalChatModel(max_new_tokens=4, temperature=0.0, kv_cache_slots=2)
     plain = LocalChatModel(max_new_tokens=4, temperature=0.0, kv_cache=False)
@@ -341,7 +341,7 @@ def test_concurrent_questions_get_their_own_answers(lm):
 
 @pytest.mark.slow
 def test_cached_generation_equals_uncached_with_the_full_tcrag_prompt(lm):
-    from tcrag_langgraph.models import LocalChatModel
+    from tcrag_langgraph.models.local import LocalChatModel
 
     cached = LocalChatModel(max_new_tokens=12, temperature=0.0)
     plain = LocalChatModel(max_new_tokens=12, temperature=0.0, kv_cache=False)
@@ -359,7 +359,7 @@ def test_cached_generation_equals_uncached_with_the_full_tcrag_prompt(lm):
 
 
 def test_seeded_sampling_is_unchanged_by_the_cache(lm):
-    from tcrag_langgraph.models import LocalChatModel
+    from tcrag_langgraph.models.local import LocalChatModel
 
     messages = _messages([Frame(action=Action.USER_QUERY, content="Name a diuretic.")], few_shot=False)
     a = LocalChatModel(max_new_tokens=5, temperature=0.8, seed=7)
@@ -370,7 +370,7 @@ def test_seeded_sampling_is_unchanged_by_the_cache(lm):
 
 
 def test_stop_strings_end_generation(lm):
-    from tcrag_langgraph.models import LocalChatModel
+    from tcrag_langgraph.models.local import LocalChatModel
 
     chat = LocalChatModel(max_new_tokens=40, temperature=0.0)
     messages = [HumanMessage(content="List three fruits, one per line.")]
@@ -385,7 +385,7 @@ def test_stop_strings_end_generation(lm):
 def test_a_stop_string_is_matched_in_the_reply_only_never_across_the_prompt(lm):
     """The prompt ends with a newline; a reply starting with "Thought:" must not stop at once on
     "\nThought:" (the newline belongs to the prompt)."""
-    from tcrag_langgraph.models import LocalChatModel
+    from tcrag_langgraph.models.local import LocalChatModel
 
     chat = LocalChatModel(max_new_tokens=30, temperature=0.0)
     messages = [HumanMessage(content="Reply with 'Thought: ' and then one sentence about scurvy.")]

@@ -15,7 +15,7 @@ import pytest
 import torch
 from langchain_core.language_models.fake_chat_models import FakeListChatModel
 
-from tcrag_langgraph.models import (
+from tcrag_langgraph.models.local import (
     DTYPES,
     LocalChatModel,
     LocalModelError,
@@ -23,7 +23,7 @@ from tcrag_langgraph.models import (
     load_local_model,
     resolve_chat_model,
 )
-from tcrag_langgraph.scoring import LocalLMScorer
+from tcrag_langgraph.monitor.scoring import LocalLMScorer
 
 from .helpers_servers import uvicorn_thread
 
@@ -156,7 +156,7 @@ def test_a_gguf_path_is_converted_once_with_a_message_and_cached(tmp_path, lm):
     gguf = packaged_gguf()
     script = (
         "import json, sys, torch\n"
-        "from tcrag_langgraph.models import load_local_model, gguf_cache_folder\n"
+        "from tcrag_langgraph.models.local import load_local_model, gguf_cache_folder\n"
         f"lm = load_local_model({str(gguf)!r})\n"
         "ids = lm.tokenizer('What treats scurvy? Vitamin C.', return_tensors='pt')['input_ids']\n"
         "with torch.no_grad(): logits = lm.model(ids).logits[0, -1]\n"

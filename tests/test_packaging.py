@@ -14,7 +14,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 def test_editable_install_maps_tools_and_prompts():
     import tcrag_langgraph.tools as tools
-    from tcrag_langgraph.prompting import load_prompt_file
+    from tcrag_langgraph.machine.prompting import load_prompt_file
 
     assert Path(tools.__file__).resolve().parent == ROOT / "tools"
     assert "$action_lines" in load_prompt_file("tcrag_en.txt")
@@ -28,7 +28,7 @@ def test_wheel_carries_tools_prompts_and_data(tmp_path):
     names = set(zipfile.ZipFile(wheel).namelist())
     for expected in ("tcrag_langgraph/tools/layer/__init__.py", "tcrag_langgraph/tools/data/kg_medical.nt.gz",
                      "tcrag_langgraph/tools/data/docs_pubmedqa.jsonl.gz", "tcrag_langgraph/prompts/tcrag_en.txt",
-                     "tcrag_langgraph/prompts/examples_zh.json", "tcrag_langgraph/graph.py"):
+                     "tcrag_langgraph/prompts/examples_zh.json", "tcrag_langgraph/machine/graph.py"):
         assert expected in names
     # every module of the source tree is in the wheel (a subpackage missing from pyproject's list is not)
     sources = [f"tcrag_langgraph/{p.relative_to(ROOT / 'tcrag_langgraph').as_posix()}"
@@ -39,7 +39,7 @@ def test_wheel_carries_tools_prompts_and_data(tmp_path):
     target = tmp_path / "site"
     subprocess.run([sys.executable, "-m", "pip", "install", "--no-deps", "-q", "--target", str(target), str(wheel)],
                    check=True)
-    code = ("import tcrag_langgraph.tools.base as b, tcrag_langgraph.prompting as p; "
+    code = ("import tcrag_langgraph.tools.base as b, tcrag_langgraph.machine.prompting as p; "
             "print(b.__file__); print(len(p.load_prompt_file('actions_en.json')))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=tmp_path,
                          env={"PYTHONPATH": str(target), "PATH": "/usr/bin:/bin"})

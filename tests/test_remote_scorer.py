@@ -9,8 +9,8 @@ import threading
 
 import pytest
 
-from tcrag_langgraph.remote_scorer import CompletionsLogprobScorer, RemoteScorerError
-from tcrag_langgraph.scoring import LocalLMScorer
+from tcrag_langgraph.monitor.served import CompletionsLogprobScorer, RemoteScorerError
+from tcrag_langgraph.monitor.scoring import LocalLMScorer
 
 from .helpers_servers import REPO, free_port, python_cmd, server_process
 

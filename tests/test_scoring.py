@@ -7,7 +7,7 @@ import math
 import pytest
 import torch
 
-from tcrag_langgraph.scoring import LocalLMScorer, StateScorer, token_logprobs_to_metric
+from tcrag_langgraph.monitor.scoring import LocalLMScorer, StateScorer, token_logprobs_to_metric
 
 QUERY = "What is the first-line drug for type 2 diabetes?"
 TEXT = "Metformin is usually the first-line drug."
@@ -93,8 +93,8 @@ def test_empty_text_is_a_clear_error(scorer):
 # --- which scorer for which generator (issue 11 item 1) ---
 
 def test_local_chat_model_gets_a_lazy_scorer_over_its_own_weights(lm):
-    from tcrag_langgraph.models import LocalChatModel
-    from tcrag_langgraph.scoring import scorer_for_model
+    from tcrag_langgraph.models.local import LocalChatModel
+    from tcrag_langgraph.monitor.scoring import scorer_for_model
 
     chat = LocalChatModel(max_new_tokens=4)
     monitor = scorer_for_model(chat)
@@ -107,7 +107,7 @@ def test_chat_huggingface_over_a_pipeline_is_scored_by_its_own_model(lm):
     from langchain_huggingface import ChatHuggingFace, HuggingFacePipeline
     from transformers import pipeline
 
-    from tcrag_langgraph.scoring import scorer_for_model
+    from tcrag_langgraph.monitor.scoring import scorer_for_model
 
     pipe = pipeline("text-generation", model=lm.model, tokenizer=lm.tokenizer, max_new_tokens=4)
     llm = HuggingFacePipeline(pipeline=pipe)
@@ -127,7 +127,7 @@ def test_a_pipeline_over_other_weights_is_not_scored_by_the_packaged_model(lm):
     from langchain_huggingface import HuggingFacePipeline
     from transformers import pipeline
 
-    from tcrag_langgraph.scoring import scorer_for_model
+    from tcrag_langgraph.monitor.scoring import scorer_for_model
 
     other = copy.deepcopy(lm.model)
     with torch.no_grad():
@@ -140,7 +140,7 @@ def test_a_pipeline_over_other_weights_is_not_scored_by_the_packaged_model(lm):
 def test_an_unknown_chat_model_is_refused_with_the_options():
     from langchain_core.language_models.fake_chat_models import FakeListChatModel
 
-    from tcrag_langgraph.scoring import MonitorUnavailableError, scorer_for_model
+    from tcrag_langgraph.monitor.scoring import MonitorUnavailableError, scorer_for_model
 
     with pytest.raises(MonitorUnavailableError) as info:
         scorer_for_model(FakeListChatModel(responses=["x"]))
@@ -154,7 +154,7 @@ def test_served_chat_models_are_not_scored_implicitly():
     pytest.importorskip("langchain_openai")
     from langchain_openai import ChatOpenAI
 
-    from tcrag_langgraph.scoring import MonitorUnavailableError, scorer_for_model
+    from tcrag_langgraph.monitor.scoring import MonitorUnavailableError, scorer_for_model
 
     with pytest.raises(MonitorUnavailableError, match="ChatOpenAI"):
         scorer_for_model(ChatOpenAI(model="m", base_url="http://127.0.0.1:9/v1", api_key="sk-x"))
@@ -165,7 +165,7 @@ def test_scorer_arguments_are_checked():
         LocalLMScorer(model_path="x", model_loader=lambda: None)
     with pytest.raises(ValueError, match="unknown dtype"):
         LocalLMScorer(dtype="int3")
-    from tcrag_langgraph.scoring import CompletionsLogprobScorer, RemoteScorerError
+    from tcrag_langgraph.monitor.scoring import CompletionsLogprobScorer, RemoteScorerError
 
-    assert CompletionsLogprobScorer.__module__ == "tcrag_langgraph.remote_scorer"
+    assert CompletionsLogprobScorer.__module__ == "tcrag_langgraph.monitor.served"
     assert issubclass(RemoteScorerError, RuntimeError)

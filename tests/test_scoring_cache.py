@@ -7,7 +7,7 @@ import math
 
 import pytest
 
-from tcrag_langgraph.scoring import LocalLMScorer
+from tcrag_langgraph.monitor.scoring import LocalLMScorer
 
 QUERY = "A 58-year-old man with type 2 diabetes and eGFR 25 asks which oral drug he should start."
 TEXTS = [

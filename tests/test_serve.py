@@ -9,8 +9,8 @@ import httpx
 import pytest
 from langgraph.checkpoint.memory import InMemorySaver
 
-from tcrag_langgraph.serve import create_app
-from tcrag_langgraph.graph import build_graph
+from tcrag_langgraph.faces.serve import create_app
+from tcrag_langgraph.machine.graph import build_graph
 from tcrag_langgraph.testing import scripted_components, scripted_graph
 
 from .helpers_servers import free_port, python_cmd, script_file, server_process, uvicorn_thread  # noqa: F401
@@ -34,7 +34,7 @@ def served(tmp_path_factory):
     port = free_port()
     script = script_file(tmp / "script.json", SCRIPT)
     log = tmp / "server.log"
-    cmd = python_cmd("-m", "tcrag_langgraph.cli", "serve", "--port", str(port), "--scripted", str(script),
+    cmd = python_cmd("-m", "tcrag_langgraph.faces.cli", "serve", "--port", str(port), "--scripted", str(script),
                      "--no-tools", "--log-level", "info")
     with server_process(cmd, ready_url=f"http://127.0.0.1:{port}/healthz", log=log, timeout=90):
         yield f"http://127.0.0.1:{port}", log
@@ -205,7 +205,7 @@ def bearer(token: str) -> dict:
 def secured(tmp_path_factory):
     """An authenticated in-process server (real uvicorn on loopback) whose scripted model looks up
     patient P00002 with the real EMR_SEARCH tool."""
-    from tcrag_langgraph.auth import UserDirectory
+    from tcrag_langgraph.faces.auth import UserDirectory
     from tcrag_langgraph.tools.emr import default_emr_tool
 
     from .helpers_servers import users_file
@@ -329,7 +329,7 @@ def test_batch_honours_each_items_config(secured):
 
 
 def test_in_memory_threads_are_bounded():
-    from tcrag_langgraph.serve import BoundedMemorySaver
+    from tcrag_langgraph.faces.serve import BoundedMemorySaver
 
     graph = scripted_graph(SCRIPT)
     with uvicorn_thread(create_app(graph=graph, max_threads=3)) as base:
@@ -346,7 +346,7 @@ def test_in_memory_threads_are_bounded():
 def test_exposure_rules_and_cli_refuses_public_bind_without_auth(tmp_path):
     import subprocess
 
-    from tcrag_langgraph.serve import check_exposure
+    from tcrag_langgraph.faces.serve import check_exposure
 
     assert check_exposure("127.0.0.1", authenticated=False) is None
     assert check_exposure("::1", authenticated=False) is None and check_exposure("localhost", authenticated=False) is None
@@ -355,7 +355,7 @@ def test_exposure_rules_and_cli_refuses_public_bind_without_auth(tmp_path):
             check_exposure(host, authenticated=False)
     assert "WARNING" in check_exposure("0.0.0.0", authenticated=True)
     assert check_exposure("10.0.0.2", authenticated=True) is None
-    out = subprocess.run(python_cmd("-m", "tcrag_langgraph.cli", "serve", "--host", "0.0.0.0", "--no-tools",
+    out = subprocess.run(python_cmd("-m", "tcrag_langgraph.faces.cli", "serve", "--host", "0.0.0.0", "--no-tools",
                                     "--scripted", str(script_file(tmp_path / "s.json", SCRIPT))),
                          capture_output=True, text=True, timeout=120, env={**os.environ, "TCRAG_AUTH_USERS": "", "COLUMNS": "400"})
     assert out.returncode != 0 and "without authentication" in out.stderr
@@ -368,7 +368,7 @@ def test_soak_memory_stays_flat_over_500_requests(tmp_path):
     import psutil
 
     port = free_port()
-    cmd = python_cmd("-m", "tcrag_langgraph.cli", "serve", "--port", str(port), "--no-tools", "--max-threads", "50",
+    cmd = python_cmd("-m", "tcrag_langgraph.faces.cli", "serve", "--port", str(port), "--no-tools", "--max-threads", "50",
                      "--scripted", str(script_file(tmp_path / "script.json", SCRIPT)), "--log-level", "warning")
     question = ("Which drug? " * 1600)[:19_000]
     rss = {}
@@ -393,7 +393,7 @@ def test_cli_serves_with_a_users_file(tmp_path):
     port = free_port()
     users = users_file(tmp_path / "users.json", {DOCTOR: {"identity": "dr-lee"}, OTHER: {"identity": "dr-other"}})
     log = tmp_path / "server.log"
-    cmd = python_cmd("-m", "tcrag_langgraph.cli", "serve", "--port", str(port), "--no-tools", "--users-file", str(users),
+    cmd = python_cmd("-m", "tcrag_langgraph.faces.cli", "serve", "--port", str(port), "--no-tools", "--users-file", str(users),
                      "--scripted", str(script_file(tmp_path / "script.json", SCRIPT)))
     with server_process(cmd, ready_url=f"http://127.0.0.1:{port}/healthz", log=log, timeout=90):
         base = f"http://127.0.0.1:{port}"

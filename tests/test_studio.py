@@ -21,10 +21,10 @@ def test_langgraph_json_exports_the_studio_graph_with_a_description():
 
     config = validate_config_file(REPO / "langgraph.json")
     spec = config["graphs"]["tcrag"]
-    assert spec["path"] == "./tcrag_langgraph/studio.py:studio_graph"
+    assert spec["path"] == "./tcrag_langgraph/faces/studio.py:studio_graph"
     assert "stack" in spec["description"] and "sigma" in spec["description"]
     assert "TCRAG_STUDIO_SCRIPTED" in spec["description"]  # the demo hook is disclosed where Studio shows it
-    assert config["auth"]["path"] == "./tcrag_langgraph/auth.py:auth"  # identity from our authenticator only
+    assert config["auth"]["path"] == "./tcrag_langgraph/faces/auth.py:auth"  # identity from our authenticator only
     assert config["auth"]["disable_studio_auth"] is True  # no unauthenticated "Studio user" bypass
 
 
@@ -32,8 +32,8 @@ def test_importing_studio_or_the_doubles_builds_no_graph():
     import subprocess
     import sys
 
-    code = ("import sys, tcrag_langgraph.studio as s, tcrag_langgraph.testing; "
-            "print(bool(s._built), 'tcrag_langgraph.graph' in sys.modules, 'torch' in sys.modules)")
+    code = ("import sys, tcrag_langgraph.faces.studio as s, tcrag_langgraph.testing; "
+            "print(bool(s._built), 'tcrag_langgraph.machine.graph' in sys.modules, 'torch' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=REPO)
     assert out.stdout.split() == ["False", "False", "False"]
 
@@ -42,7 +42,7 @@ def test_default_studio_graph_is_the_real_agent_without_checkpointer(monkeypatch
     import importlib
 
     monkeypatch.delenv("TCRAG_STUDIO_SCRIPTED", raising=False)
-    studio = importlib.reload(importlib.import_module("tcrag_langgraph.studio"))
+    studio = importlib.reload(importlib.import_module("tcrag_langgraph.faces.studio"))
     assert studio.graph.checkpointer is None
     assert set(studio.graph.nodes) >= {"Start", "Generate", "Thought", "Conclusion", "Human_Review"}
     assert studio.graph.get_name() == "tcrag"

@@ -13,7 +13,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 
 from tcrag_langgraph import Action, CallerContext, LocalLMScorer, TCRAGConfig, build_graph
-from tcrag_langgraph.state import fence_tool_output
+from tcrag_langgraph.machine.state import fence_tool_output
 from tcrag_langgraph.tools import default_tools
 from tcrag_langgraph.tools.documents import document_tool
 from tcrag_langgraph.tools.elasticsearch_store import ElasticsearchStore

@@ -50,7 +50,7 @@ def resolve_model(spec: str, *, max_new_tokens: int, temperature: float) -> Any:
     """The chat model ``--model`` names, with these generation settings.
 
     ``local`` (the packaged SmolLM2-135M-Instruct), a transformers folder, a ``.gguf`` file, a
-    LangChain ``"provider:model"`` name (all through :func:`tcrag_langgraph.models.resolve_chat_model`),
+    LangChain ``"provider:model"`` name (all through :func:`tcrag_langgraph.models.local.resolve_chat_model`),
     or ``module:callable`` returning a chat model. A ``name:value`` is a factory when ``name`` is an
     importable module with a callable ``value``; otherwise it is a provider name.
 
@@ -58,7 +58,7 @@ def resolve_model(spec: str, *, max_new_tokens: int, temperature: float) -> Any:
         >>> resolve_model("local", max_new_tokens=64, temperature=0.0).max_new_tokens
         64
     """
-    from ..models import resolve_chat_model
+    from ..models.local import resolve_chat_model
 
     if spec == "local":
         return resolve_chat_model(None, max_new_tokens=max_new_tokens, temperature=temperature)
@@ -111,10 +111,10 @@ def resolve_tools(spec: str, *, exclude_ids: Optional[list[str]] = None) -> list
 
 def resolve_scorer(spec: str, model: Any) -> Any:
     """``local`` (state values from the generator's own weights, see
-    :func:`~tcrag_langgraph.scoring.scorer_for_model`; a generator without a trusted log-prob source
+    :func:`~tcrag_langgraph.monitor.scoring.scorer_for_model`; a generator without a trusted log-prob source
     is refused rather than scored by another model) or ``module:callable``."""
     if spec == "local":
-        from ..scoring import MonitorUnavailableError, scorer_for_model
+        from ..monitor.scoring import MonitorUnavailableError, scorer_for_model
 
         try:
             return scorer_for_model(model)
@@ -128,9 +128,9 @@ def _sigma_option(value: str, metric: str, model: Any) -> float:
     """``--sigma-cppl/--sigma-uct``: a number, or ``auto`` for the sigma stored for this model by
     ``tcrag calibrate`` (resolved once here, so every question and the saved settings use the number).
     Validated by :class:`TCRAGConfig`, the one home of what a sigma may be."""
-    from ..config import TCRAGConfig
-    from ..models import chat_model_id
-    from .calibration import CalibrationNotFoundError, resolve_sigma
+    from ..machine.config import TCRAGConfig
+    from ..models.local import chat_model_id
+    from ..monitor.calibration import CalibrationNotFoundError, resolve_sigma
 
     try:
         cfg = TCRAGConfig(metric=metric, sigma=value)
@@ -145,7 +145,7 @@ def _indexed_documents(names: list[str], tools: str, records: list[Any], exclude
     haystack than the tool's whole corpus, since every passage costs one LLM call to index), or,
     with ``--exclude-eval-docs``, as many other packaged abstracts. ``None`` (its default) without
     the docs tool or without such a method."""
-    from .methods import METHODS
+    from ..methods.registry import METHODS
 
     if not any(METHODS[n].indexes_documents for n in names):
         return None
@@ -171,7 +171,7 @@ def _method_options(value: Optional[str], names: list[str]) -> dict[str, dict[st
     if not isinstance(parsed, dict) or not all(isinstance(v, dict) for v in parsed.values()):
         raise typer.BadParameter('a JSON object of objects, e.g. {"crp-rag": {"fan_out": 2}}',
                                  param_hint="--method-options")
-    from .methods import check_method_options
+    from ..methods.registry import check_method_options
 
     try:  # before the model loads, so a typo costs nothing
         return check_method_options(names, parsed)
@@ -180,7 +180,7 @@ def _method_options(value: Optional[str], names: list[str]) -> dict[str, dict[st
 
 
 def _split_methods(values: list[str]) -> list[str]:
-    from .methods import METHOD_NAMES
+    from ..methods.registry import METHOD_NAMES
 
     names = [n.strip() for v in values for n in v.split(",") if n.strip()]
     if names == ["all"]:
@@ -247,9 +247,9 @@ def register(app: typer.Typer) -> None:
         progress: bool = typer.Option(True, "--progress/--no-progress"),
     ) -> None:
         """Evaluate methods on a dataset: accuracy and cost per method (paper Tables 1, 2, 5)."""
-        from ..config import TCRAGConfig
+        from ..machine.config import TCRAGConfig
         from .datasets import sample_records
-        from .methods import METHODS, build_methods
+        from ..methods.registry import METHODS, build_methods
         from .noise import NoiseBank, PoisonController, poison_tools
         from .runner import SettingsMismatch, run_evaluation, summarize, summary_markdown, write_summary
 
@@ -307,7 +307,7 @@ def register(app: typer.Typer) -> None:
         out: Optional[Path] = typer.Option(None, help="also write summary.md / summary.csv / the plot here"),
     ) -> None:
         """One table from one or more `tcrag eval` runs (e.g. a stopped run, or methods run apart)."""
-        from .methods import METHODS
+        from ..methods.registry import METHODS
         from .runner import merge_runs, summarize, summary_markdown, write_summary
 
         try:
@@ -358,11 +358,12 @@ def register(app: typer.Typer) -> None:
         With ``--method crp-rag`` the value is CRP-RAG's path score (the perplexity that decides
         knowledge sufficiency), measured in a run that never abstains, and what is stored is its
         ``sufficiency_threshold`` for ``"auto"``."""
-        from ..config import TCRAGConfig
-        from ..models import chat_model_id
-        from .calibration import Calibration, calibrate, save_calibration
+        from ..machine.config import TCRAGConfig
+        from ..models.local import chat_model_id
+        from ..monitor.calibration import Calibration, save_calibration
+        from .calibration import calibrate
         from .datasets import format_question, sample_records
-        from .methods import build_methods
+        from ..methods.registry import build_methods
         from .runner import SettingsMismatch, run_evaluation
 
         metrics = list(dict.fromkeys(m.strip() for m in metric.split(",") if m.strip()))

@@ -44,7 +44,7 @@ from typing import Any, Iterable, Literal, Mapping, Optional, Sequence
 
 from pydantic import BaseModel, Field, create_model
 
-from ..answer_format import AnswerFormat
+from ..machine.answer_format import AnswerFormat
 from .metrics import parse_gold_letters
 
 __all__ = [

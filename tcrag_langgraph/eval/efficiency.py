@@ -29,7 +29,7 @@ from uuid import UUID
 
 from langchain_core.callbacks import BaseCallbackHandler
 
-from ..prompting import message_text
+from ..tools.layer.outcome import content_text
 from ..tools.layer import is_tool_error
 from ..tools.tokens import count_tokens
 
@@ -74,7 +74,7 @@ class UsageMeter(BaseCallbackHandler):
 
     # ----- models -----
     def on_chat_model_start(self, serialized: Mapping[str, Any], messages: list[list[Any]], **kwargs: Any) -> None:
-        tokens = sum(count_tokens(message_text(getattr(m, "content", m))) for batch in messages for m in batch)
+        tokens = sum(count_tokens(content_text(getattr(m, "content", m))) for batch in messages for m in batch)
         with self._lock:
             self.llm_calls += len(messages)
             self.prompt_tokens += tokens
@@ -90,7 +90,7 @@ class UsageMeter(BaseCallbackHandler):
         for batch in getattr(response, "generations", []) or []:
             for gen in batch:
                 message = getattr(gen, "message", None)
-                tokens += count_tokens(message_text(message.content) if message is not None else getattr(gen, "text", ""))
+                tokens += count_tokens(content_text(message.content) if message is not None else getattr(gen, "text", ""))
         with self._lock:
             self.completion_tokens += tokens
 

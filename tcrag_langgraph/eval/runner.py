@@ -11,7 +11,7 @@ one.
 Example:
     >>> from langchain_core.language_models.fake_chat_models import FakeListChatModel
     >>> from tcrag_langgraph.eval.datasets import QARecord
-    >>> from tcrag_langgraph.eval.methods import build_methods
+    >>> from tcrag_langgraph.methods.registry import build_methods
     >>> recs = [QARecord("q1", "Is aspirin an NSAID?", "yesno", ("yes",))]
     >>> methods = build_methods(["base"], model=FakeListChatModel(responses=["Yes."]))
     >>> rows = run_evaluation(recs, methods, progress=False)
@@ -36,7 +36,7 @@ import zlib
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping, Optional, Sequence
 
-from ..result import RunResult
+from ..machine.result import RunResult
 from .datasets import QARecord, answer_format_for, format_question, structured_letters
 from .efficiency import COST_FIELDS, UsageMeter, mean_costs, question_cost
 from .metrics import bleu, extract_choice_letters, extract_yes_no_maybe, rouge_l_recall, squad_exact_match, token_f1
@@ -245,11 +245,11 @@ def repeated_executed_calls(trace: Optional[Iterable[Any]]) -> int:
     before in the same question, read from the trace's Tool_Use events (calls refused as repeated
     are not run and not counted here: the graph counts them in ``repeated_tool_calls``).
 
-    Identity is the graph's own rule (:func:`tcrag_langgraph.transitions.repeated_call`), applied
+    Identity is the graph's own rule (:func:`tcrag_langgraph.machine.transitions.repeated_call`), applied
     to every earlier call, including ones a Backtrack or Summary has since taken off the stack.
     """
-    from ..state import Action, Frame, ToolCallRecord
-    from ..transitions import repeated_call
+    from ..machine.state import Action, Frame, ToolCallRecord
+    from ..machine.transitions import repeated_call
 
     earlier: list[Frame] = []
     repeats = 0

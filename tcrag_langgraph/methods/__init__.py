@@ -3,6 +3,6 @@ log-prob scorer, the tools and their layer, MiniLM embeddings, live events), one
 
 Each module exposes a ``build_<method>_graph(*, model, tools, scorer, config, ...)`` that returns a
 compiled LangGraph graph (a drop-in node: ``invoke({"question": ...})``, live ``tcrag`` events,
-checkpointable), and is registered in :data:`tcrag_langgraph.eval.methods.METHODS` for
+checkpointable), and is registered in :data:`tcrag_langgraph.methods.registry.METHODS` for
 ``tcrag eval --method``.
 """

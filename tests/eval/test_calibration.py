@@ -81,8 +81,8 @@ import json  # noqa: E402
 
 from typer.testing import CliRunner  # noqa: E402
 
-from tcrag_langgraph.config import TCRAGConfig  # noqa: E402
-from tcrag_langgraph.eval.calibration import (  # noqa: E402
+from tcrag_langgraph.machine.config import TCRAGConfig  # noqa: E402
+from tcrag_langgraph.monitor.calibration import (  # noqa: E402
     Calibration,
     CalibrationNotFoundError,
     default_calibration_path,

@@ -88,8 +88,8 @@ def test_calibrate_warns_when_values_carry_no_signal(app, data, tmp_path):
 def test_calibrate_crp_rag_stores_its_sufficiency_threshold_for_auto(app, data, tmp_path, monkeypatch):
     """CRP-RAG's threshold is calibrated like sigma: the path scores of a run that never abstains,
     stored under <model>+crp-rag, then read by sufficiency_threshold="auto"."""
-    from tcrag_langgraph.eval.calibration import default_calibration_path
-    from tcrag_langgraph.eval.methods import build_method
+    from tcrag_langgraph.monitor.calibration import default_calibration_path
+    from tcrag_langgraph.methods.registry import build_method
     from tests.eval.helpers import crp_model, doc_tools, reasoning_drug_scorer
 
     monkeypatch.setenv("TCRAG_CACHE_DIR", str(tmp_path / "cache"))
@@ -119,7 +119,7 @@ def test_calibrate_crp_rag_stores_its_sufficiency_threshold_for_auto(app, data, 
 
 def test_eval_model_names_go_through_resolve_chat_model(app, data, tmp_path, monkeypatch):
     from tcrag_langgraph.eval.cli import resolve_model
-    from tcrag_langgraph.models import LocalChatModel
+    from tcrag_langgraph.models.local import LocalChatModel
 
     # A .gguf path and a folder become LocalChatModel with the run's settings (nothing is loaded yet).
     gguf = tmp_path / "tiny.gguf"
@@ -146,7 +146,7 @@ def test_eval_gives_the_scorer_to_the_paper_methods_that_read_log_probs(app, dat
     """CRP-RAG (sufficiency) and KAG-Thinker (likelihood test) score with --scorer, as TC-RAG does."""
     import importlib
 
-    from tcrag_langgraph.eval.methods import build_method
+    from tcrag_langgraph.methods.registry import build_method
 
     seen = {}
 
@@ -181,7 +181,7 @@ def test_diffrag_indexes_the_documents_the_docs_tool_would_give(monkeypatch):
 def test_eval_method_options_are_validated_and_recorded_with_the_run(app, data, tmp_path, monkeypatch):
     import importlib
 
-    from tcrag_langgraph.eval.methods import build_method
+    from tcrag_langgraph.methods.registry import build_method
 
     common = ["eval", "--dataset", str(data), "--model", f"{H}:always_yes_model", "--scorer", f"{H}:yes_low_scorer",
               "--no-progress", "--limit", "1"]

@@ -6,7 +6,7 @@ import pytest
 
 from tcrag_langgraph import TCRAGConfig
 from tcrag_langgraph.eval.efficiency import UsageMeter, question_cost
-from tcrag_langgraph.eval.methods import METHOD_NAMES, METHODS, build_method, build_methods, tcrag_config_for
+from tcrag_langgraph.methods.registry import METHOD_NAMES, METHODS, build_method, build_methods, tcrag_config_for
 
 from .helpers import TextScorer, make_doc_tool, model
 

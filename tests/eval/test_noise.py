@@ -6,7 +6,7 @@ import pytest
 
 from tcrag_langgraph.eval.datasets import QARecord
 from tcrag_langgraph.eval.efficiency import UsageMeter
-from tcrag_langgraph.eval.methods import build_method
+from tcrag_langgraph.methods.registry import build_method
 from tcrag_langgraph.eval.noise import IRRELEVANT_NOISE, NoiseBank, PoisonController, poison_tools
 from tcrag_langgraph.tools.tokens import count_tokens
 from tcrag_langgraph.tools.base import ToolError

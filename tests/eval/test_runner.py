@@ -9,7 +9,7 @@ import pytest
 
 from tcrag_langgraph import TCRAGConfig
 from tcrag_langgraph.eval.datasets import QARecord
-from tcrag_langgraph.eval.methods import build_methods
+from tcrag_langgraph.methods.registry import build_methods
 from tcrag_langgraph.eval.runner import (
     SettingsMismatch,
     read_results,

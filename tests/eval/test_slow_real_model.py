@@ -8,15 +8,15 @@ import pytest
 
 from tcrag_langgraph import TCRAGConfig
 from tcrag_langgraph.eval.datasets import QARecord
-from tcrag_langgraph.eval.methods import build_methods
+from tcrag_langgraph.methods.registry import build_methods
 from tcrag_langgraph.eval.runner import run_evaluation, summarize
 
 pytestmark = pytest.mark.slow
 
 
 def test_real_model_rows_are_well_formed_and_seeded_runs_repeat():
-    from tcrag_langgraph.models import LocalChatModel
-    from tcrag_langgraph.scoring import LocalLMScorer
+    from tcrag_langgraph.models.local import LocalChatModel
+    from tcrag_langgraph.monitor.scoring import LocalLMScorer
 
     chat = LocalChatModel(max_new_tokens=8, temperature=0.6)  # a missing packaged model fails the test
     record = QARecord("r1", "Is aspirin a nonsteroidal anti-inflammatory drug?", "yesno", ("yes",))

@@ -15,20 +15,20 @@ from langchain_core.tools import StructuredTool
 from langgraph.checkpoint.memory import InMemorySaver
 from pydantic import PrivateAttr
 
-from tcrag_langgraph.config import TCRAGConfig
-from tcrag_langgraph.integration import checkpoint_serde, tcrag_events
+from tcrag_langgraph.machine.config import TCRAGConfig
+from tcrag_langgraph.faces.integration import checkpoint_serde, tcrag_events
 from tcrag_langgraph.methods.crp_rag import (
     CRPRAGOptions,
     StepParseError,
     build_crp_rag_graph,
-    calibrate_sufficiency,
     check_dag,
     parse_step,
     select_paths,
 )
 from tcrag_langgraph.methods.crp_rag.prompts import PROMPT_GENERATE
-from tcrag_langgraph.prompting import message_text
-from tcrag_langgraph.scoring import MonitorUnavailableError
+from tcrag_langgraph.tools.layer.outcome import content_text
+from tcrag_langgraph.eval.calibration import calibrate_sufficiency
+from tcrag_langgraph.monitor.scoring import MonitorUnavailableError
 from tcrag_langgraph.testing import ScriptedScorer, recording_model, scripted_tool
 
 QUESTION = "What class of drug is metformin?"
@@ -62,7 +62,7 @@ class RoutedChatModel(BaseChatModel):
     def _generate(self, messages: list[BaseMessage], stop=None, run_manager=None, **kwargs: Any) -> ChatResult:
         if self.fail_after is not None and len(self._seen) >= self.fail_after:
             raise RuntimeError("model server went away")
-        first, last = message_text(messages[0].content), message_text(messages[-1].content)
+        first, last = content_text(messages[0].content), content_text(messages[-1].content)
         named = re.search(r"The (?:question|current reasoning step) is: (.*)", first)
         step = re.search(r"The current reasoning step is: (.*)", first)
         if first.startswith(PROMPT_GENERATE[:60]):
@@ -289,7 +289,7 @@ def test_aggregation_prompt_has_the_papers_three_parts_and_every_tool_result():
     graph = build_crp_rag_graph(model=model, tools=tools, scorer=ScriptedScorer(default=2.0),
                                 options=CRPRAGOptions(fan_out=1))
     out = graph.invoke({"question": QUESTION})
-    aggregate = message_text(model.seen[1][-1].content)
+    aggregate = content_text(model.seen[1][-1].content)
     for part in ("common", "not commonly mentioned", "conflicts"):
         assert part in aggregate
     assert "[1] (DOC_RAG) Doc passage on Look up metformin." in aggregate
@@ -515,7 +515,7 @@ def test_answer_format_is_enforced_with_bounded_reprompts():
 
 def test_eval_method_registered_and_abstentions_count_as_wrong_with_coverage():
     from tcrag_langgraph.eval.datasets import QARecord
-    from tcrag_langgraph.eval.methods import METHODS, build_method
+    from tcrag_langgraph.methods.registry import METHODS, build_method
     from tcrag_langgraph.eval.runner import run_evaluation, summarize, summary_markdown
 
     assert METHODS["crp-rag"].kind == "graph"
@@ -538,7 +538,7 @@ def test_eval_method_registered_and_abstentions_count_as_wrong_with_coverage():
 
 
 def test_calibrated_threshold_is_stored_and_read_back_with_auto(tmp_path, monkeypatch):
-    from tcrag_langgraph.eval.calibration import save_calibration
+    from tcrag_langgraph.monitor.calibration import save_calibration
 
     monkeypatch.setenv("TCRAG_CACHE_DIR", str(tmp_path))
     model = RoutedChatModel(steps=[step("Look up metformin.", True)])
@@ -563,8 +563,8 @@ def test_calibrated_threshold_is_stored_and_read_back_with_auto(tmp_path, monkey
 
 @pytest.mark.slow
 def test_end_to_end_with_smollm2_and_the_real_knowledge_graph_tool(one_torch_thread):
-    from tcrag_langgraph.models import LocalChatModel
-    from tcrag_langgraph.scoring import scorer_for_model
+    from tcrag_langgraph.models.local import LocalChatModel
+    from tcrag_langgraph.monitor.scoring import scorer_for_model
     from tcrag_langgraph.tools import default_tools
 
     model = LocalChatModel()

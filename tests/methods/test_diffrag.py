@@ -16,8 +16,8 @@ from langgraph.checkpoint.memory import InMemorySaver
 from rdflib import Dataset, Graph, Literal, URIRef
 from rdflib.namespace import RDFS
 
-from tcrag_langgraph.config import TCRAGConfig
-from tcrag_langgraph.integration import checkpoint_serde
+from tcrag_langgraph.machine.config import TCRAGConfig
+from tcrag_langgraph.faces.integration import checkpoint_serde
 from tcrag_langgraph.methods.diffrag import (
     BOOK_GRAPH,
     CASE_GRAPH,
@@ -37,8 +37,8 @@ from tcrag_langgraph.methods.diffrag import (
 )
 from tcrag_langgraph.methods.diffrag import building  # where default_knowledge reads its memo and cache dir
 from tcrag_langgraph.methods.diffrag.prompts import EXTRACT_SYSTEM
-from tcrag_langgraph.result import RunResult
-from tcrag_langgraph.state import TraceEvent
+from tcrag_langgraph.machine.result import RunResult
+from tcrag_langgraph.machine.state import TraceEvent
 from tcrag_langgraph.testing import recording_model
 from tcrag_langgraph.tools.chunking import Document, Section, split_markdown_sections
 from tcrag_langgraph.tools.documents import default_embeddings
@@ -445,7 +445,7 @@ def test_default_graph_builds_lazily_from_packaged_abstracts_and_caches(tmp_path
 
 
 def test_registered_for_eval():
-    from tcrag_langgraph.eval.methods import METHODS, build_method
+    from tcrag_langgraph.methods.registry import METHODS, build_method
 
     assert METHODS["diffrag"].builder == "diffrag:build_diffrag_graph"
     graph = build_method("diffrag", model=recording_model(["a | b | c"]), tools=[], config=TCRAGConfig(max_new_tokens=32))
@@ -457,7 +457,7 @@ def test_registered_for_eval():
 
 @pytest.mark.slow
 def test_end_to_end_with_the_packaged_model(tmp_path, monkeypatch, one_torch_thread):
-    from tcrag_langgraph.models import LocalChatModel
+    from tcrag_langgraph.models.local import LocalChatModel
 
     monkeypatch.setattr(building, "knowledge_cache_dir", lambda: tmp_path)  # the model's own cache stays shared
     monkeypatch.setattr(building, "_DEFAULT_MEMO", {})

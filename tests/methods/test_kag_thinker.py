@@ -13,7 +13,7 @@ import pytest
 from langchain_core.tools import StructuredTool
 from langgraph.checkpoint.memory import InMemorySaver
 
-from tcrag_langgraph.integration import checkpoint_serde
+from tcrag_langgraph.faces.integration import checkpoint_serde
 from tcrag_langgraph.methods.kag_thinker import (
     KAGThinkerOptions,
     LogicalFormParseError,
@@ -21,7 +21,7 @@ from tcrag_langgraph.methods.kag_thinker import (
     parse_boundary_answer,
     parse_focus,
 )
-from tcrag_langgraph.result import RunResult
+from tcrag_langgraph.machine.result import RunResult
 from tcrag_langgraph.testing import ScriptedChatModel, ScriptedReply, ScriptedScorer, recording_model
 
 
@@ -311,7 +311,7 @@ def test_the_plan_gets_its_own_token_budget():
     from langchain_core.outputs import ChatGeneration, ChatResult
     from pydantic import Field
 
-    from tcrag_langgraph.models import LocalChatModel
+    from tcrag_langgraph.models.local import LocalChatModel
 
     class BudgetRecorder(LocalChatModel):  # no weights are loaded: _generate is replaced
         budgets: list = Field(default_factory=list)
@@ -331,7 +331,7 @@ def test_the_plan_gets_its_own_token_budget():
 
 
 def test_registered_for_eval():
-    from tcrag_langgraph.eval.methods import METHODS, build_method
+    from tcrag_langgraph.methods.registry import METHODS, build_method
 
     assert METHODS["kag-thinker"].kind == "graph"
     graph = build_method("kag-thinker", model=sequence_model(MATH_PLAN), scorer=LogprobScorer({}))
@@ -341,8 +341,8 @@ def test_registered_for_eval():
 
 @pytest.mark.slow
 def test_end_to_end_with_smollm_and_the_knowledge_graph(one_torch_thread):
-    from tcrag_langgraph.models import LocalChatModel
-    from tcrag_langgraph.scoring import scorer_for_model
+    from tcrag_langgraph.models.local import LocalChatModel
+    from tcrag_langgraph.monitor.scoring import scorer_for_model
     from tcrag_langgraph.tools.knowledge_graph import default_knowledge_graph_tool
 
     model = LocalChatModel()
@@ -370,7 +370,7 @@ def test_end_to_end_with_smollm_and_the_knowledge_graph(one_torch_thread):
 
 
 def test_a_model_without_log_probs_needs_a_scorer_or_the_boundary_off():
-    from tcrag_langgraph.scoring import MonitorUnavailableError
+    from tcrag_langgraph.monitor.scoring import MonitorUnavailableError
 
     with pytest.raises(MonitorUnavailableError, match="knowledge_boundary"):
         build_kag_thinker_graph(model=sequence_model(MATH_PLAN))

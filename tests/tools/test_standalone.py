@@ -18,7 +18,7 @@ import pytest
 
 import tcrag_langgraph.tools as tools_pkg
 
-FORBIDDEN = ("tcrag_langgraph.graph", "tcrag_langgraph.models", "langgraph.graph", "torch", "transformers", "sentence_transformers")
+FORBIDDEN = ("tcrag_langgraph.machine.graph", "tcrag_langgraph.models.local", "langgraph.graph", "torch", "transformers", "sentence_transformers")
 
 PROBE = """
 import importlib, json, sys

@@ -42,7 +42,7 @@ from __future__ import annotations
 # The package's modules, one concern each: options, state, prompts, parsing (model output), dag (the
 # reasoning graph's pure functions), calibration, machine (shared node helpers), construction (GC),
 # knowledge (KRA + sufficiency), answering (path selection + answers) and graph (the builder).
-from .calibration import calibrate_sufficiency, sufficiency_model_id
+from .calibration import sufficiency_model_id
 from .dag import check_dag, select_paths
 from .graph import NODE_NAMES, build_crp_rag_graph
 from .options import CRPRAGOptions
@@ -59,7 +59,6 @@ __all__ = [
     "check_dag",
     "select_paths",
     "sufficiency_model_id",
-    "calibrate_sufficiency",
     "build_crp_rag_graph",
     "NODE_NAMES",
 ]

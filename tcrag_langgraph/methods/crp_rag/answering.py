@@ -10,8 +10,8 @@ from langchain_core.runnables import RunnableConfig
 from langgraph.runtime import Runtime
 from langgraph.types import Command
 
-from ... import answer_format
-from ...state import TraceEvent
+from ...machine import answer_format
+from ...machine.state import TraceEvent
 from .dag import best_path_score, node_by_id, select_paths
 from .machine import CRPRAGMachine, RunFailure
 from .prompts import LAST_STEP_NOTE, PROMPT_INTEGRATE, PROMPT_PATH_STEP

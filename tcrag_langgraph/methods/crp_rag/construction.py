@@ -11,9 +11,9 @@ from langchain_core.runnables import RunnableConfig
 from langgraph.runtime import Runtime
 from langgraph.types import Command
 
-from ...config import TCRAGConfig
-from ...run_input import extract_question, last_human_is
-from ...state import TraceEvent
+from ...machine.config import TCRAGConfig
+from ...machine.run_input import extract_question, last_human_is
+from ...machine.state import TraceEvent
 from .calibration import resolve_threshold
 from .dag import check_dag, known_conditions
 from .machine import CRPRAGMachine, RunFailure

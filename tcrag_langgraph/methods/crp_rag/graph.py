@@ -9,8 +9,8 @@ from langchain_core.language_models import BaseChatModel
 from langchain_core.tools import BaseTool
 from langgraph.graph import START, StateGraph
 
-from ...config import TCRAGConfig
-from ...scoring import StateScorer, scorer_for_model
+from ...machine.config import TCRAGConfig
+from ...monitor.scoring import StateScorer, scorer_for_model
 from .answering import AnswerNodes
 from .construction import GraphConstruction
 from .knowledge import KnowledgeNodes
@@ -43,15 +43,15 @@ def build_crp_rag_graph(
         model: any LangChain chat model (generator of steps, merges, knowledge, reasoning, answers).
         tools: LangChain tools; each node's text is searched with every one (names must be unique).
         scorer: the perplexity scorer for knowledge sufficiency (``score(context, text, *, metric)``);
-            ``None`` scores with the generator's own weights (:func:`~tcrag_langgraph.scoring.scorer_for_model`),
-            which raises :class:`~tcrag_langgraph.scoring.MonitorUnavailableError` for models without
+            ``None`` scores with the generator's own weights (:func:`~tcrag_langgraph.monitor.scoring.scorer_for_model`),
+            which raises :class:`~tcrag_langgraph.monitor.scoring.MonitorUnavailableError` for models without
             trusted log-probs (then pass one: sufficiency is the method's core, it cannot be off).
         config: the shared :class:`TCRAGConfig` (``max_new_tokens``, ``temperature``, tool timeout and
             observation budget, question length limit, ``caller``).
         options: :class:`CRPRAGOptions` (or a dict of its fields); per run: ``context=``.
         embeddings: the embedder for node merging (default: the packaged MiniLM).
         checkpointer: a LangGraph checkpointer; the state holds only plain dicts, lists and
-            TraceEvents, so ``serde=tcrag_langgraph.integration.checkpoint_serde()`` restores it.
+            TraceEvents, so ``serde=tcrag_langgraph.faces.integration.checkpoint_serde()`` restores it.
 
     Returns:
         A compiled graph: ``invoke({"question": ...})`` or ``invoke({"messages": [...]})``.

@@ -10,10 +10,10 @@ from langchain_core.runnables import RunnableConfig
 from langgraph.runtime import Runtime
 from langgraph.types import Command
 
-from ...auth import caller_for_run
-from ...config import CALLER_KEY
-from ...run_input import child_config
-from ...state import TraceEvent
+from ...machine.identity import caller_for_run
+from ...machine.config import CALLER_KEY
+from ...machine.run_input import child_config
+from ...machine.state import TraceEvent
 from ...tools.layer import invoke_tool, is_tool_error
 from .machine import CRPRAGMachine, RunFailure
 from .prompts import PROMPT_AGGREGATE, PROMPT_REASON

@@ -15,13 +15,13 @@ from langgraph.graph import END
 from langgraph.runtime import Runtime
 from langgraph.types import Command
 
-from ...config import TCRAGConfig, resolve_config
-from ...events import emit
-from ...prompting import message_text
-from ...result import RunResult
+from ...machine.config import TCRAGConfig, resolve_config
+from ...machine.events import emit
+from ...tools.layer.outcome import content_text
+from ...machine.result import RunResult
 # The stack machine's input and config handling, one home for every method of the package.
-from ...run_input import child_config
-from ...state import TraceEvent
+from ...machine.run_input import child_config
+from ...machine.state import TraceEvent
 from ...tools.tokens import count_tokens
 from .options import CRPRAGOptions
 
@@ -84,18 +84,18 @@ class CRPRAGMachine:
     def ask(self, counters: dict[str, Any], messages: list[BaseMessage], config: RunnableConfig, *,
             max_new_tokens: int, temperature: float) -> str:
         """One model call (counted, tokens metered); a failure becomes a ``model_error`` halt."""
-        from ...models import LocalChatModel
+        from ...models.local import LocalChatModel
 
         kwargs: dict[str, Any] = {}
         if isinstance(self.model, LocalChatModel):  # only our model takes these per call
             kwargs.update(max_new_tokens=max_new_tokens, temperature=temperature)
         counters["llm_calls"] += 1
-        counters["prompt"] += sum(count_tokens(message_text(m.content)) for m in messages)
+        counters["prompt"] += sum(count_tokens(content_text(m.content)) for m in messages)
         try:
             reply = self.model.invoke(messages, config=child_config(config), **kwargs)
         except Exception as exc:
             raise RunFailure("model_error", exc) from exc
-        text = message_text(reply.content).strip()
+        text = content_text(reply.content).strip()
         counters["completion"] += count_tokens(text)
         return text
 

@@ -12,7 +12,7 @@ from typing import Any, Iterable, Mapping, Optional, Sequence
 
 from langchain_core.language_models import BaseChatModel
 
-from ...config import TCRAGConfig
+from ...machine.config import TCRAGConfig
 from ...tools.chunking import Document, Section, chunk_document
 from .extraction import ExtractionCalls, extract_triples
 from .knowledge import DiffRAGKnowledge, SolvedCase
@@ -131,8 +131,8 @@ def add_cases(
 
 
 def knowledge_cache_dir() -> Path:
-    """Where built graphs are cached: ``<tcrag_langgraph.models.cache_dir()>/diffrag``."""
-    from ...models import cache_dir
+    """Where built graphs are cached: ``<tcrag_langgraph.models.local.cache_dir()>/diffrag``."""
+    from ...models.local import cache_dir
 
     return cache_dir() / "diffrag"
 
@@ -170,11 +170,11 @@ def default_knowledge(
     built once per content and model and cached at ``cache_dir()/diffrag/<key>.nq.gz``.
 
     ``model_id`` names the extracting model in the cache key (default:
-    :func:`tcrag_langgraph.models.chat_model_id`); a model that cannot be named gets its graph built
+    :func:`tcrag_langgraph.models.local.chat_model_id`); a model that cannot be named gets its graph built
     for this process only (path ``None``): triples of one model are never served for another.
     Returns ``(knowledge, cache path or None, built_now)``.
     """
-    from ...models import chat_model_id
+    from ...models.local import chat_model_id
 
     options = options or DiffRAGOptions()
     config = config or TCRAGConfig()

@@ -10,8 +10,8 @@ from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage
 from langchain_core.runnables import RunnableConfig
 
-from ...prompting import message_text
-from ...run_input import child_config
+from ...tools.layer.outcome import content_text
+from ...machine.run_input import child_config
 from ...tools.tokens import count_tokens
 from .parsing import Triple, parse_triples
 from .prompts import REPROMPT
@@ -19,7 +19,7 @@ from .prompts import REPROMPT
 
 def generation_kwargs(model: BaseChatModel, max_new_tokens: int, temperature: float) -> dict[str, Any]:
     """Per-call generation settings for ``model.invoke`` (only the packaged model takes them)."""
-    from ...models import LocalChatModel
+    from ...models.local import LocalChatModel
 
     if isinstance(model, LocalChatModel):  # the packaged model takes per-call settings
         return {"max_new_tokens": max_new_tokens, "temperature": temperature}
@@ -62,9 +62,9 @@ def extract_triples(
     kwargs = generation_kwargs(model, max_new_tokens, temperature)
     for attempt in range(max_retries + 1):
         reply = model.invoke(messages, config=child_config(config) if config is not None else None, **kwargs)
-        out = message_text(reply.content)
+        out = content_text(reply.content)
         calls.llm_calls += 1
-        calls.prompt_tokens += sum(count_tokens(message_text(m.content)) for m in messages)
+        calls.prompt_tokens += sum(count_tokens(content_text(m.content)) for m in messages)
         calls.completion_tokens += count_tokens(out)
         parsed = parse_triples(out, max_triples=max_triples, allow_unknown=allow_unknown)
         calls.problems.extend(f"attempt {attempt + 1}: {p}" for p in parsed.problems)

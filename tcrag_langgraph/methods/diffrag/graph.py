@@ -14,12 +14,12 @@ from langchain_core.tools import BaseTool
 from langgraph.graph import END, START, StateGraph
 from langgraph.runtime import Runtime
 
-from ... import answer_format
-from ...config import TCRAGConfig, resolve_config
-from ...events import emit
-from ...prompting import message_text
-from ...run_input import child_config, extract_question, last_human_is
-from ...state import TraceEvent
+from ...machine import answer_format
+from ...machine.config import TCRAGConfig, resolve_config
+from ...machine.events import emit
+from ...tools.layer.outcome import content_text
+from ...machine.run_input import child_config, extract_question, last_human_is
+from ...machine.state import TraceEvent
 from ...tools.chunking import Document
 from ...tools.tokens import count_tokens
 from .building import default_knowledge
@@ -66,7 +66,7 @@ def build_diffrag_graph(
             without a name is not cached on disk).
         checkpointer: any LangGraph checkpointer.
     """
-    from ...models import resolve_chat_model
+    from ...models.local import resolve_chat_model
 
     base_options = options if isinstance(options, DiffRAGOptions) else DiffRAGOptions().merged(options)
     cfg = config if isinstance(config, TCRAGConfig) else TCRAGConfig.model_validate(config or {})
@@ -226,9 +226,9 @@ def build_diffrag_graph(
         calls, retries, prompt_tokens, completion_tokens = 0, 0, 0, 0
         while True:  # bounded: at most max_format_retries re-prompts when the answer does not fit the format
             calls += 1
-            prompt_tokens += sum(count_tokens(message_text(m.content)) for m in messages)
+            prompt_tokens += sum(count_tokens(content_text(m.content)) for m in messages)
             try:
-                text = message_text(chat.invoke(messages, config=child_config(config), **kwargs).content)
+                text = content_text(chat.invoke(messages, config=child_config(config), **kwargs).content)
             except Exception as exc:
                 out = halt(state, step, "model_error", answer=None, error=f"{type(exc).__name__}: {exc}", config=config)
                 return {**out, "steps": step, "llm_calls": state.get("llm_calls", 0) + calls,

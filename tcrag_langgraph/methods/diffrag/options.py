@@ -7,7 +7,7 @@ from typing import Any, Mapping, Optional
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from ...config import TCRAGConfig
+from ...machine.config import TCRAGConfig
 
 
 class DiffRAGOptions(BaseModel):

@@ -15,7 +15,7 @@ from typing import Any, Mapping, Optional
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from ... import answer_format
+from ...machine import answer_format
 
 
 #: Longest triple part, in characters.

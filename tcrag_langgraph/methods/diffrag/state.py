@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
-from ...state import MethodState
+from ...machine.state import MethodState
 
 
 #: Why a run ended: an answer from the evidence, bad input, the chat model raised (or wrote
@@ -15,7 +15,7 @@ HALT_REASONS = ("answered", "invalid_input", "model_error", "format_error", "ret
 
 
 class DiffRAGState(MethodState, total=False):
-    """TCM-DiffRAG's graph state: :class:`~tcrag_langgraph.state.MethodState` (question, answer, costs,
+    """TCM-DiffRAG's graph state: :class:`~tcrag_langgraph.machine.state.MethodState` (question, answer, costs,
     trace) plus the reasoning path, the recalled evidence and the answering model's raw reply."""
 
     reasoning_path: list[list[str]]

@@ -9,8 +9,8 @@ from langchain_core.language_models import BaseChatModel
 from langchain_core.tools import BaseTool
 from langgraph.graph import START, StateGraph
 
-from ...config import TCRAGConfig
-from ...scoring import MonitorUnavailableError, scorer_for_model
+from ...machine.config import TCRAGConfig
+from ...monitor.scoring import MonitorUnavailableError, scorer_for_model
 from .nodes import _Solver
 from .options import _MAX_FORMS_CAP, _MAX_TURNS_CAP, KAGThinkerOptions
 from .state import KAGThinkerState
@@ -33,15 +33,15 @@ def build_kag_thinker_graph(
 
     Args:
         model: a LangChain chat model, a local path / ``.gguf`` or ``"provider:model"`` name
-            (:func:`~tcrag_langgraph.models.resolve_chat_model`); ``None``: the packaged SmolLM2.
+            (:func:`~tcrag_langgraph.models.local.resolve_chat_model`); ``None``: the packaged SmolLM2.
         tools: the tools a depth turn retrieves with (unique names); may be empty.
         scorer: anything with ``token_logprobs(context, text) -> list[float]`` for the likelihood
-            test. ``None``: the generator's own weights (:func:`~tcrag_langgraph.scoring.scorer_for_model`,
-            which raises :class:`~tcrag_langgraph.scoring.MonitorUnavailableError` for a model without
+            test. ``None``: the generator's own weights (:func:`~tcrag_langgraph.monitor.scoring.scorer_for_model`,
+            which raises :class:`~tcrag_langgraph.monitor.scoring.MonitorUnavailableError` for a model without
             trusted log-probs: then pass a scorer or ``options={"knowledge_boundary": False}``).
         config: :class:`~tcrag_langgraph.TCRAGConfig` (generation and tool limits, format retries).
         options: :class:`KAGThinkerOptions` (decomposition, depth and boundary settings).
-        checkpointer: any LangGraph checkpointer; give it ``serde=tcrag_langgraph.integration.checkpoint_serde()``.
+        checkpointer: any LangGraph checkpointer; give it ``serde=tcrag_langgraph.faces.integration.checkpoint_serde()``.
         trust_client_identity: let a run's context set ``caller`` (see :func:`tcrag_langgraph.build_graph`).
 
     Returns:
@@ -63,7 +63,7 @@ def build_kag_thinker_graph(
         raise ValueError(f"model must be a LangChain chat model, a path or a 'provider:model' name, "
                          f"got {type(model).__name__}")
     if not isinstance(model, BaseChatModel):
-        from ...models import resolve_chat_model
+        from ...models.local import resolve_chat_model
 
         model = resolve_chat_model(model, max_new_tokens=cfg.max_new_tokens, temperature=cfg.temperature)
     if opts.knowledge_boundary:

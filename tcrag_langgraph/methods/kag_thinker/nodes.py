@@ -11,9 +11,9 @@ from langchain_core.runnables import RunnableConfig
 from langgraph.runtime import Runtime
 from langgraph.types import Command
 
-from ... import answer_format
-from ...config import TCRAGConfig
-from ...run_input import extract_question, last_human_is
+from ...machine import answer_format
+from ...machine.config import TCRAGConfig
+from ...machine.run_input import extract_question, last_human_is
 from .arithmetic import ArithmeticRefused, _expression_side, _format_number, evaluate_arithmetic
 from .forms import LogicalForm, LogicalFormParseError
 from .parsing import parse_logical_forms

@@ -7,7 +7,7 @@ from typing import Any, Mapping, Optional
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from ...config import TCRAGConfig
+from ...machine.config import TCRAGConfig
 
 _MAX_FORMS_CAP = 16
 _MAX_TURNS_CAP = 8

@@ -12,9 +12,9 @@ from langchain_core.runnables import RunnableConfig
 from langgraph.runtime import Runtime
 from langgraph.types import Command
 
-from ...auth import caller_for_run
-from ...config import CALLER_KEY, TCRAGConfig
-from ...run_input import child_config
+from ...machine.identity import caller_for_run
+from ...machine.config import CALLER_KEY, TCRAGConfig
+from ...machine.run_input import child_config
 from ...tools.layer import invoke_tool, is_tool_error
 from .forms import LogicalForm
 from .options import KAGThinkerOptions

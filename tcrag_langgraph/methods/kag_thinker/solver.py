@@ -18,12 +18,12 @@ from langgraph.graph import END
 from langgraph.runtime import Runtime
 from langgraph.types import Command
 
-from ...config import TCRAGConfig, resolve_config
-from ...events import emit
-from ...prompting import message_text
-from ...result import RunResult
-from ...run_input import child_config
-from ...state import TraceEvent
+from ...machine.config import TCRAGConfig, resolve_config
+from ...machine.events import emit
+from ...tools.layer.outcome import content_text
+from ...machine.result import RunResult
+from ...machine.run_input import child_config
+from ...machine.state import TraceEvent
 from ...tools.tokens import count_tokens
 from .arithmetic import ArithmeticRefused, _first_number
 from .forms import ContentItem, LogicalForm, LogicalFormParseError
@@ -80,7 +80,7 @@ class _SolverCore:
     def ask(self, state: dict[str, Any], messages: list[BaseMessage], cfg: TCRAGConfig,
             config: RunnableConfig) -> str:
         """One model call; counts it and its tokens into ``state`` (a working copy)."""
-        from ...models import LocalChatModel
+        from ...models.local import LocalChatModel
 
         kwargs: dict[str, Any] = {}
         if isinstance(self.model, LocalChatModel):  # only the packaged model takes these per call
@@ -89,9 +89,9 @@ class _SolverCore:
             reply = self.model.invoke(messages, config=child_config(config), **kwargs)
         except Exception as exc:  # a model/server failure ends the run with the reason
             raise _Fault("model_error", f"{type(exc).__name__}: {exc}") from exc
-        text = message_text(reply.content)
+        text = content_text(reply.content)
         usage = dict(state.get("token_usage") or {"prompt": 0, "completion": 0})
-        usage["prompt"] += sum(count_tokens(message_text(m.content)) for m in messages)
+        usage["prompt"] += sum(count_tokens(content_text(m.content)) for m in messages)
         usage["completion"] += count_tokens(text)
         state.update(llm_calls=state.get("llm_calls", 0) + 1, token_usage=usage)
         return text

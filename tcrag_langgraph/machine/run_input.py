@@ -14,7 +14,7 @@ from langchain_core.messages import HumanMessage
 from langchain_core.runnables import RunnableConfig
 
 from .config import TCRAGConfig
-from .prompting import message_text
+from ..tools.layer.outcome import content_text
 
 __all__ = ["question_problem", "extract_question", "last_human_is", "child_config"]
 
@@ -34,7 +34,7 @@ def last_human_is(state: Mapping[str, Any], question: str) -> bool:
     """Whether the conversation already ends with ``question`` as its last human message."""
     for message in reversed(state.get("messages") or []):
         if isinstance(message, HumanMessage):
-            return message_text(message.content).strip() == question
+            return content_text(message.content).strip() == question
     return False
 
 
@@ -46,7 +46,7 @@ def extract_question(state: Mapping[str, Any], cfg: TCRAGConfig) -> tuple[str, O
     if messages and isinstance(messages[-1], HumanMessage):
         raw = messages[-1].content
         if isinstance(raw, list):
-            raw = message_text(raw)
+            raw = content_text(raw)
     if raw is None:
         return "", "no question: give {'question': ...} or {'messages': [...]} ending with a human message"
     return question_problem(raw, cfg)

@@ -7,7 +7,7 @@ server refuses one and brings its own). By default it is the real agent: the pac
 lazily on the first run) with the default tools, EMR_SEARCH included.
 
 Who the agent acts for comes only from the server's authenticated user (``langgraph.json``
-"auth" names :data:`tcrag_langgraph.auth.auth`); see :func:`tcrag_langgraph.auth.caller_for_run`
+"auth" names :data:`tcrag_langgraph.faces.auth.auth`); see :func:`tcrag_langgraph.machine.identity.caller_for_run`
 and docs/security.md.
 
 Testing / demo hook: if the environment variable ``TCRAG_STUDIO_SCRIPTED`` names a JSON script
@@ -37,7 +37,7 @@ def make_graph(*, script: Optional[str] = None, tools: bool = True):
     script = script or os.environ.get(SCRIPT_ENV) or None
     if script:
         return scripted_graph(script)
-    from tcrag_langgraph.graph import build_graph
+    from tcrag_langgraph.machine.graph import build_graph
     from tcrag_langgraph.tools import default_tools
 
     return build_graph(tools=default_tools() if tools else [], name="tcrag")
@@ -52,7 +52,7 @@ def _the_graph():
 
 
 async def studio_graph():
-    """The graph factory ``langgraph.json`` exports (``./tcrag_langgraph/studio.py:studio_graph``).
+    """The graph factory ``langgraph.json`` exports (``./tcrag_langgraph/faces/studio.py:studio_graph``).
 
     Asynchronous because the Agent Server calls it on its event loop: the first call builds the
     graph in a worker thread (opening the EMR database is blocking I/O), later calls return it."""

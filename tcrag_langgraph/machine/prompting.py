@@ -6,13 +6,12 @@ import json
 from functools import lru_cache
 from importlib import resources
 from string import Template
-from typing import Any, Optional, Sequence
+from typing import Optional, Sequence
 
 from langchain_core.tools import BaseTool
 
-from .tools.layer.outcome import content_text
 
-__all__ = ["system_prompt", "demonstrations", "load_prompt_file", "turn_text", "final_turn_text", "message_text"]
+__all__ = ["system_prompt", "demonstrations", "load_prompt_file", "turn_text", "final_turn_text"]
 
 
 @lru_cache(maxsize=16)
@@ -67,7 +66,3 @@ def demonstrations(tools: Sequence[BaseTool], allowed_actions: Sequence[str], *,
         pairs.append((turn_text(example["stack"]), reply))
     return pairs
 
-
-#: Plain text of a LangChain message ``content`` (a string, or a list of content blocks). One home:
-#: the tool layer's, since tools may not import the agent.
-message_text = content_text

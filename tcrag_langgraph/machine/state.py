@@ -51,7 +51,7 @@ class Action(str, Enum):
 
 @dataclass(frozen=True)
 class ParsedAction:
-    """One action parsed from the model's reply (:func:`tcrag_langgraph.actions.parse_action`),
+    """One action parsed from the model's reply (:func:`tcrag_langgraph.machine.actions.parse_action`),
     kept typed until a graph node applies it."""
 
     action: Action
@@ -163,7 +163,7 @@ def _compact(value: Any) -> str:
 
 class MethodState(TypedDict, total=False):
     """The keys every method's graph state shares (TC-RAG, the baselines, CRP-RAG, KAG-Thinker,
-    TCM-DiffRAG): the question in, the answer and its costs out. :class:`~tcrag_langgraph.result.RunResult`
+    TCM-DiffRAG): the question in, the answer and its costs out. :class:`~tcrag_langgraph.machine.result.RunResult`
     reads these, so every method is reported the same way. Input is ``{"question": ...}`` or
     ``{"messages": [...]}``."""
 

@@ -10,7 +10,7 @@ Input ``{"messages": [...]}`` (the last human message is the question), output o
 ``metric``, ``steps`` and ``stack``.
 
 Per-request options go in the request's ``config.configurable``: the :class:`TCRAGConfig` fields
-listed by :func:`tcrag_langgraph.config.request_option_fields` (sigma, metric, max_steps, ...) and
+listed by :func:`tcrag_langgraph.machine.config.request_option_fields` (sigma, metric, max_steps, ...) and
 ``thread_id``. LangServe itself would drop ``thread_id`` and fill unset options with defaults, so
 :func:`per_request_config` re-reads them from the raw request and validates them (an invalid or
 unknown option is a 422). In ``/batch`` each input's own config applies. The caller identity and
@@ -19,7 +19,7 @@ human review are never taken from a request.
 Security (see docs/security.md):
 
 * **Authentication**: with a users file (``users=`` / ``tcrag serve --users-file``, format in
-  :mod:`tcrag_langgraph.auth`) every route but ``/healthz`` needs ``Authorization: Bearer <token>``
+  :mod:`tcrag_langgraph.faces.auth`) every route but ``/healthz`` needs ``Authorization: Bearer <token>``
   or ``X-API-Key: <token>`` (401 otherwise). The authenticated user is the run's identity: it is
   put in the run config under ``langgraph_auth_user`` (a client can never send that key) and the
   graph maps it to the EMR caller. ``tcrag serve`` refuses to bind beyond loopback without one.
@@ -34,14 +34,14 @@ Security (see docs/security.md):
 * **Bounded memory**: without a durable checkpointer, threads live in a
   :class:`BoundedMemorySaver` keeping the ``max_threads`` most recently written threads; with
   ``checkpoint_db`` they live in SQLite. Either way with the safe serializer
-  (:func:`~tcrag_langgraph.integration.checkpoint_serde`).
+  (:func:`~tcrag_langgraph.faces.integration.checkpoint_serde`).
 
 Each request without a ``thread_id`` runs on a fresh thread. With one, the thread's messages are
 kept: send only the new message per turn.
 
 Example (the scripted model is a testing/demo hook, not a language model)::
 
-    from tcrag_langgraph.serve import create_app
+    from tcrag_langgraph.faces.serve import create_app
     from tcrag_langgraph.testing import scripted_graph
     app = create_app(graph=scripted_graph({"replies": ["Conclusion: yes"], "default_score": 1}))
     # uvicorn.run(app, host="127.0.0.1", port=8000)
@@ -72,7 +72,7 @@ from pydantic import ValidationError
 from starlette.middleware.trustedhost import TrustedHostMiddleware
 
 from .auth import AUTH_USER_KEY, UserDirectory, UserRecord, token_from_headers
-from .config import TCRAGConfig, request_option_fields
+from ..machine.config import TCRAGConfig, request_option_fields
 from .integration import as_chat_runnable, checkpoint_serde
 
 __all__ = ["create_app", "per_request_config", "REQUEST_OPTIONS", "register", "BoundedMemorySaver",
@@ -336,7 +336,7 @@ def create_app(
         checkpoint_db: SQLite file for thread memory (``AsyncSqliteSaver``); default in memory,
             bounded by ``max_threads``.
         playground: serve ``/tcrag/playground/`` (it cannot send a token: useful without ``users``).
-        users: the trusted users (:class:`~tcrag_langgraph.auth.UserDirectory`); ``None`` serves
+        users: the trusted users (:class:`~tcrag_langgraph.faces.auth.UserDirectory`); ``None`` serves
             without authentication (loopback only, which :func:`check_exposure` enforces for the CLI).
         allowed_hosts: ``Host`` header values served (others: 400).
         max_body_bytes, max_json_depth: limits on request bodies (413 / 422).
@@ -353,8 +353,8 @@ def create_app(
     if users is not None and not isinstance(users, UserDirectory):
         raise TypeError(f"users must be a UserDirectory, got {type(users).__name__}")
     if graph is None:
-        from .graph import build_graph
-        from .tools import default_tools
+        from ..machine.graph import build_graph
+        from ..tools import default_tools
 
         graph = build_graph(config=config, tools=default_tools() if tools else [], name="tcrag")
     if getattr(graph, "checkpointer", None) is None and checkpoint_db is None:
@@ -392,7 +392,7 @@ def create_app(
     @app.get("/tcrag/threads/{thread_id}")
     async def thread_state(thread_id: str, request: Request) -> dict[str, Any]:
         """The stack, trace and answer stored for one of the caller's threads (404 if unknown)."""
-        from .result import RunResult
+        from ..machine.result import RunResult
 
         scoped = scoped_thread_id(getattr(request.state, _STATE_USER, None), thread_id)
         snapshot = await graph.aget_state({"configurable": {"thread_id": scoped}})
@@ -449,7 +449,7 @@ def register(app: Any) -> None:
             hosts.append(host)
         graph = None
         if scripted:
-            from .testing import scripted_graph
+            from ..testing import scripted_graph
 
             graph = scripted_graph(scripted)
         application = create_app(graph=graph, tools=tools, checkpoint_db=checkpoint_db, users=users,

@@ -4,18 +4,18 @@ vLLM and SGLang answer ``{"prompt": P, "echo": true, "logprobs": 0, "max_tokens"
 log-probability of every prompt token (``choices[0].logprobs.tokens / token_logprobs /
 text_offset``, the first log-prob ``null`` because nothing predicts the first token). That is
 what eq. 2 needs: the prompt is ``start_text + query + "\\n" + text`` (the layout
-:class:`~tcrag_langgraph.scoring.LocalLMScorer` scores) and the text's tokens are picked by their
+:class:`~tcrag_langgraph.monitor.scoring.LocalLMScorer` scores) and the text's tokens are picked by their
 character offsets.
 
 * cppl (eq. 2) is exact: the mean log-prob of the text's tokens given the query.
-* uct (eq. 3) as this package defines it (see :mod:`tcrag_langgraph.scoring`) sums
+* uct (eq. 3) as this package defines it (see :mod:`tcrag_langgraph.monitor.scoring`) sums
   ``-P(w_i) log P(w_i)`` over the tokens actually written, so it needs only their log-probs, not
   the full next-token distribution: it is computed exactly too (prompt ``start_text + text``,
   or with the query when ``uct_given_query=True``). The full-distribution entropy is NOT
   available remotely (servers return top-k only) and is not attempted.
 
 Trust: a server's prompt log-probs are only as right as its implementation. llama-cpp-python
-0.3.36 returns wrong ones (docs/models.md), which is why :func:`~tcrag_langgraph.scoring.scorer_for_model`
+0.3.36 returns wrong ones (docs/models.md), which is why :func:`~tcrag_langgraph.monitor.scoring.scorer_for_model`
 never picks this scorer by itself: pass it as ``scorer=`` after checking your server against a
 direct computation (tests/test_remote_scorer.py shows how).
 

@@ -19,7 +19,7 @@ User_Query alone, so they are a different quantity.
 Which scorer for which generator: :func:`scorer_for_model` (the generator's own weights, or a
 :class:`MonitorUnavailableError` naming the options; never a different model silently). A served
 model is scored only when asked for explicitly, with
-:class:`~tcrag_langgraph.remote_scorer.CompletionsLogprobScorer` (also importable from here).
+:class:`~tcrag_langgraph.monitor.served.CompletionsLogprobScorer` (also importable from here).
 
 Lower is more confident. Example:
     >>> scorer = LocalLMScorer()  # doctest: +SKIP
@@ -33,8 +33,8 @@ import math
 import threading
 from typing import Any, Callable, Literal, Optional, Protocol, runtime_checkable
 
-from .kv_cache import PrefixStateCache, crop_cache
-from .models import LocalChatModel, LocalModel, load_local_model
+from ..models.kv_cache import PrefixStateCache, crop_cache
+from ..models.local import LocalChatModel, LocalModel, load_local_model
 
 __all__ = [
     "StateScorer",
@@ -72,7 +72,7 @@ class LocalLMScorer:
     """cppl / uct from a local transformers causal LM (default: the packaged SmolLM2).
 
     Args:
-        local_model: an already loaded :class:`~tcrag_langgraph.models.LocalModel` (shared with the
+        local_model: an already loaded :class:`~tcrag_langgraph.models.local.LocalModel` (shared with the
             generator to save memory); ``None`` loads the default lazily on first use.
         model_path: a transformers model folder or ``.gguf`` file instead of the packaged model.
         device, dtype: how to load ``model_path`` / the default (see ``load_local_model``).
@@ -97,7 +97,7 @@ class LocalLMScorer:
         max_tokens: int = 4096,
         prefix_cache: int = 8,
     ) -> None:
-        from .models import validate_dtype
+        from ..models.local import validate_dtype
 
         if max_tokens < 8:
             raise ValueError("max_tokens must be at least 8")
@@ -220,7 +220,7 @@ def _hf_pipeline_of(model: Any) -> Any:
 def scorer_for_model(model: Any, **scorer_options: Any) -> StateScorer:
     """The state monitor for a generator: a scorer over the generator's OWN weights.
 
-    * :class:`~tcrag_langgraph.models.LocalChatModel`: :class:`LocalLMScorer` over its local model,
+    * :class:`~tcrag_langgraph.models.local.LocalChatModel`: :class:`LocalLMScorer` over its local model,
       loaded lazily on the first score (building a graph loads nothing);
     * langchain-huggingface ``HuggingFacePipeline``, or ``ChatHuggingFace`` over one:
       :class:`LocalLMScorer` over the pipeline's own ``model`` and ``tokenizer`` (same objects);
@@ -234,7 +234,7 @@ def scorer_for_model(model: Any, **scorer_options: Any) -> StateScorer:
     ``prefix_cache``).
 
     Example:
-        >>> from tcrag_langgraph.models import LocalChatModel
+        >>> from tcrag_langgraph.models.local import LocalChatModel
         >>> isinstance(scorer_for_model(LocalChatModel()), LocalLMScorer)
         True
     """
@@ -257,7 +257,7 @@ def scorer_for_model(model: Any, **scorer_options: Any) -> StateScorer:
 def __getattr__(name: str) -> Any:
     # The remote scorer lives in its own module (it imports the formulas above); loaded on demand.
     if name in ("CompletionsLogprobScorer", "RemoteScorerError"):
-        from . import remote_scorer
+        from . import served
 
-        return getattr(remote_scorer, name)
+        return getattr(served, name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

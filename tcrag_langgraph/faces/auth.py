@@ -1,27 +1,11 @@
-"""Who a run acts for: identity from trusted configuration or an authenticated server user only.
+"""Authentication for the servers: the trusted users file, tokens, and LangGraph's Agent Server auth.
 
-Patient data (EMR_SEARCH) is shown only to the caller a run acts for. That caller comes from, in
-this order:
-
-1. **The authenticated server user**, ``config["configurable"]["langgraph_auth_user"]``: LangGraph's
-   Agent Server (``langgraph dev``) writes the user returned by our ``@auth.authenticate`` handler
-   (:data:`auth`, named in ``langgraph.json`` "auth") there on every run, over anything the client
-   sent; ``tcrag serve`` writes its authenticated principal under the same key.
-2. **A client-chosen caller**, only if the graph was built with ``trust_client_identity=True``
-   (in-process code that builds the run's context itself; never a server).
-3. **The build-time caller** (``TCRAGConfig.caller`` given to ``build_graph``).
-
-``context`` and ``configurable`` are written by the client and are never an identity by
-themselves: the server user must be an object with an ``identity`` attribute (LangGraph's
-``BaseUser`` protocol); a plain mapping under ``langgraph_auth_user`` (all that JSON can carry) is
-refused, and the run then acts for nobody (default deny).
-
-Mapping of a server user to a :class:`~tcrag_langgraph.config.CallerContext`:
-
-* ``identity`` -> ``user_id``;
-* each permission ``"patient:<ID>"`` -> ``<ID>`` in ``allowed_patient_ids`` (none -> ``None``, which
-  means no patient records, never "all");
-* each permission ``"role:<NAME>"`` -> ``<NAME>`` in ``roles``; other permissions are ignored.
+Who a run acts for is decided in one place, :func:`tcrag_langgraph.machine.identity.caller_for_run`:
+the authenticated server user, else (only with ``trust_client_identity``) a client caller, else the
+build-time caller. This module supplies the first: LangGraph's Agent Server (``langgraph dev``)
+writes the user returned by our ``@auth.authenticate`` handler (:data:`auth`, named in
+``langgraph.json`` "auth") into ``config["configurable"]["langgraph_auth_user"]`` on every run, over
+anything the client sent; ``tcrag serve`` writes its authenticated principal under the same key.
 
 The trusted records come from a **users file** named by ``$TCRAG_AUTH_USERS`` (or
 ``tcrag serve --users-file``), JSON of the form::
@@ -32,17 +16,6 @@ The trusted records come from a **users file** named by ``$TCRAG_AUTH_USERS`` (o
 Only the SHA-256 of each token is stored (:func:`hash_token`); a presented token (``Authorization:
 Bearer <token>`` or ``X-API-Key: <token>``) is hashed and compared with every record using
 :func:`hmac.compare_digest`. Without a users file every request is refused (fail closed).
-
-Example:
-    >>> from tcrag_langgraph.config import CallerContext
-    >>> class User:  # what the server puts in the run config
-    ...     identity = "dr-lee"
-    ...     permissions = ["role:clinician", "patient:P00002"]
-    >>> caller_for_run({"configurable": {"langgraph_auth_user": User()}}, base=None)
-    CallerContext(user_id='dr-lee', roles=('clinician',), allowed_patient_ids=('P00002',))
-    >>> forged = {"configurable": {"langgraph_auth_user": {"identity": "x", "permissions": ["patient:P00002"]}}}
-    >>> caller_for_run(forged, base=CallerContext(user_id="svc")) is None
-    True
 """
 
 from __future__ import annotations
@@ -57,11 +30,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping, Optional, Sequence
 
-from langchain_core.runnables import RunnableConfig
 from langgraph_sdk import Auth
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from tcrag_langgraph.config import CallerContext
+from ..machine.identity import _PATIENT, _ROLE, AUTH_USER_KEY
 
 __all__ = [
     "AUTH_USER_KEY",
@@ -71,20 +43,14 @@ __all__ = [
     "AuthenticatedUser",
     "hash_token",
     "token_from_headers",
-    "caller_for_run",
-    "caller_from_auth_user",
     "auth",
 ]
 
 log = logging.getLogger(__name__)
 
-#: Where LangGraph's Agent Server (and ``tcrag serve``) put the authenticated user in a run config.
-AUTH_USER_KEY = "langgraph_auth_user"
 #: Environment variable naming the trusted users file.
 USERS_FILE_ENV = "TCRAG_AUTH_USERS"
 
-_PATIENT = "patient:"
-_ROLE = "role:"
 _HEX64 = re.compile(r"^[0-9a-f]{64}$")
 
 
@@ -201,48 +167,6 @@ def token_from_headers(headers: Mapping[str, str]) -> Optional[str]:
     return api_key or None
 
 
-def caller_from_auth_user(user: Any) -> Optional[CallerContext]:
-    """Map a server-authenticated user to a caller (see the module docstring); None if ``user`` is
-    not a server user object (a plain mapping is what a client could have sent)."""
-    if user is None or isinstance(user, Mapping) or not hasattr(user, "identity"):
-        return None
-    try:
-        identity = user.identity
-        permissions = getattr(user, "permissions", None) or ()
-    except (AttributeError, NotImplementedError, KeyError):
-        return None
-    if not isinstance(identity, str) or not identity:
-        return None
-    permissions = [p for p in permissions if isinstance(p, str)]
-    patients = tuple(p[len(_PATIENT):] for p in permissions if p.startswith(_PATIENT) and len(p) > len(_PATIENT))
-    roles = tuple(p[len(_ROLE):] for p in permissions if p.startswith(_ROLE) and len(p) > len(_ROLE))
-    return CallerContext(user_id=identity, roles=roles, allowed_patient_ids=patients or None)
-
-
-def caller_for_run(
-    config: RunnableConfig | Mapping[str, Any] | None,
-    *,
-    base: Optional[CallerContext],
-    trust_client_identity: bool = False,
-    client_caller: Optional[CallerContext] = None,
-) -> Optional[CallerContext]:
-    """The caller a run acts for: the authenticated server user, else (only with
-    ``trust_client_identity``) ``client_caller``, else the build-time ``base``.
-
-    A ``langgraph_auth_user`` that is not a server user object (e.g. a dict a client put in
-    ``configurable`` or ``context``) gives no access at all: the run acts for nobody.
-    """
-    configurable = (config or {}).get("configurable") or {}
-    if AUTH_USER_KEY in configurable and configurable[AUTH_USER_KEY] is not None:
-        caller = caller_from_auth_user(configurable[AUTH_USER_KEY])
-        if caller is None:
-            log.warning("refusing a %s that is not a server-authenticated user", AUTH_USER_KEY)
-        return caller
-    if trust_client_identity and client_caller is not None:
-        return client_caller
-    return base
-
-
 # ----- LangGraph Agent Server (langgraph dev / langgraph up): langgraph.json "auth" -----
 
 _directory_lock = threading.Lock()
@@ -253,7 +177,7 @@ def directory_from_env() -> UserDirectory:
     """The users file named by ``$TCRAG_AUTH_USERS`` (re-read when the file changes)."""
     path = os.environ.get(USERS_FILE_ENV)
     if not path:
-        raise ValueError(f"no users file: set {USERS_FILE_ENV} to a JSON users file (see tcrag_langgraph.auth)")
+        raise ValueError(f"no users file: set {USERS_FILE_ENV} to a JSON users file (see tcrag_langgraph.faces.auth)")
     stamp = (path, os.stat(path).st_mtime_ns) if os.path.exists(path) else (path, None)
     with _directory_lock:
         if _directory_cache.get("stamp") != stamp:
@@ -262,7 +186,7 @@ def directory_from_env() -> UserDirectory:
         return _directory_cache["directory"]
 
 
-#: The Agent Server's auth object (``langgraph.json``: ``"auth": {"path": "./tcrag_langgraph/auth.py:auth"}``).
+#: The Agent Server's auth object (``langgraph.json``: ``"auth": {"path": "./tcrag_langgraph/faces/auth.py:auth"}``).
 auth = Auth()
 
 

@@ -1,7 +1,7 @@
 """The ``tcrag`` command: ``ask`` here; ``index``, ``build-kg``, ``eval``, ``serve`` ... are registered
 by the modules that own them (each exposes ``register(app)``).
 
-``tcrag ask``'s run options are generated from :class:`~tcrag_langgraph.config.TCRAGConfig`'s fields
+``tcrag ask``'s run options are generated from :class:`~tcrag_langgraph.machine.config.TCRAGConfig`'s fields
 (name, type, default, description), so a new option needs no second declaration here. Only the
 options given on the command line go into the run's config: every other value is TCRAGConfig's.
 """
@@ -20,7 +20,7 @@ from typing import Any, Callable, Literal, Optional
 import typer
 from rich.console import Console
 
-from .config import TCRAGConfig
+from ..machine.config import TCRAGConfig
 
 app = typer.Typer(
     name="tcrag",
@@ -34,7 +34,7 @@ _COMMAND_MODULES = (
     "tcrag_langgraph.tools.indexing",
     "tcrag_langgraph.tools.kg_build",
     "tcrag_langgraph.eval.cli",
-    "tcrag_langgraph.serve",
+    "tcrag_langgraph.faces.serve",
 )
 
 #: TCRAGConfig fields that are no flag of ``tcrag ask``, and why.
@@ -148,7 +148,7 @@ _STYLE = {"push": "green", "pop": "yellow", "pop+push": "cyan", "reject": "magen
 def _default_tools(enabled: bool) -> list[Any]:
     if not enabled:
         return []
-    from . import tools as tools_pkg
+    from .. import tools as tools_pkg
 
     factory = getattr(tools_pkg, "default_tools", None)
     return list(factory()) if factory is not None else []
@@ -232,10 +232,10 @@ def ask(
     """Answer QUESTION with TC-RAG, showing each action, push/pop and state value live."""
     from pydantic import ValidationError
 
-    from .graph import EVENT_NAME, build_graph, question_problem
-    from .models import LocalChatModel, LocalModelError, resolve_chat_model
-    from .result import RunResult
-    from .scoring import MonitorUnavailableError
+    from ..machine.graph import EVENT_NAME, build_graph, question_problem
+    from ..models.local import LocalChatModel, LocalModelError, resolve_chat_model
+    from ..machine.result import RunResult
+    from ..monitor.scoring import MonitorUnavailableError
 
     err = Console(stderr=True)
 
@@ -248,7 +248,7 @@ def ask(
     if scripted is not None:
         if any(v is not None for v in (model, device, dtype)):
             raise refuse("Invalid option", "--scripted replaces the model: do not combine it with --model/--device/--dtype")
-        from .testing import scripted_components
+        from ..testing import scripted_components
 
         try:
             components = scripted_components(scripted)

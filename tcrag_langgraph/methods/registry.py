@@ -38,9 +38,8 @@ Example:
 from __future__ import annotations
 
 import importlib
-import re
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping, Optional, Sequence
+from typing import Any, Mapping, Optional, Sequence
 
 from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage
@@ -49,11 +48,11 @@ from langchain_core.tools import BaseTool
 from langgraph.graph import END, START, StateGraph
 from langgraph.runtime import Runtime
 
-from .. import answer_format
-from ..config import TCRAGConfig, resolve_config
-from ..graph import build_graph
-from ..prompting import message_text
-from ..state import MethodState
+from ..machine import answer_format
+from ..machine.config import TCRAGConfig, resolve_config
+from ..machine.graph import build_graph
+from ..tools.layer.outcome import content_text
+from ..machine.state import MethodState
 from ..tools.layer import invoke_tool, is_tool_error
 
 __all__ = ["MethodSpec", "METHODS", "METHOD_NAMES", "build_method", "build_methods", "check_method_options",
@@ -184,12 +183,12 @@ def _answer_line(text: str) -> str:
 
 
 def _invoke_model(model: BaseChatModel, messages: list[BaseMessage], cfg: TCRAGConfig, config: RunnableConfig) -> str:
-    from ..models import LocalChatModel
+    from ..models.local import LocalChatModel
 
     kwargs: dict[str, Any] = {}
     if isinstance(model, LocalChatModel):  # same generation settings as the stack machine
         kwargs.update(max_new_tokens=cfg.max_new_tokens, temperature=cfg.temperature)
-    return message_text(model.invoke(messages, config=config, **kwargs).content)
+    return content_text(model.invoke(messages, config=config, **kwargs).content)
 
 
 def _direct_graph(name: str, model: BaseChatModel, tools: Sequence[BaseTool], base_cfg: TCRAGConfig):

@@ -37,7 +37,7 @@ from enum import Enum
 from typing import Any, Optional, Sequence
 
 from .state import Action, Frame, StackError, ToolCallRecord, TraceEvent, pop, push, replace_top
-from .tools.tokens import count_tokens
+from ..tools.tokens import count_tokens
 
 __all__ = [
     "HaltReason",

@@ -25,29 +25,27 @@ from __future__ import annotations
 import json
 import os
 import re
-from typing import Any, Callable, Literal, Optional, Sequence
+from typing import Any, Callable, Literal, Mapping, Optional, Sequence
 
 from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage
 from langchain_core.runnables import RunnableConfig
 from langchain_core.tools import BaseTool
-from langgraph.graph import END, START, StateGraph
+from langgraph.graph import START, StateGraph
 from langgraph.runtime import Runtime
 from langgraph.types import Command, interrupt
 
+from ..models.local import chat_model_id
+from ..monitor.calibration import resolve_sigma
+from ..monitor.scoring import StateScorer
 from . import answer_format, transitions
 from .actions import ActionParseError, format_instructions, parse_action
-from .auth import caller_for_run
-from .config import CALLER_KEY, TCRAGConfig, resolve_config
-from .events import EVENT_NAME, emit
-from .prompting import demonstrations, final_turn_text, message_text, system_prompt, turn_text
-from .models import resolve_chat_model
-from .result import RunResult
-from .run_input import child_config, extract_question, last_human_is, question_problem
-from .scoring import MonitorUnavailableError, StateScorer, scorer_for_model
-from .state import Action, ParsedAction, TCRAGState, ToolCallRecord, TraceEvent, render_stack
-from .tools.layer import invoke_tool, is_tool_error
-from .tools.tokens import count_tokens
+from .config import TCRAGConfig
+from .events import EVENT_NAME
+from .kernel import RunKernel, build_arguments, default_scorer
+from .prompting import demonstrations, final_turn_text, system_prompt, turn_text
+from .run_input import extract_question, last_human_is, question_problem
+from .state import Action, ParsedAction, TCRAGState, TraceEvent, render_stack
 from .transitions import HaltReason, Machine, Transition
 
 __all__ = ["build_graph", "question_problem", "EVENT_NAME", "NODE_NAMES", "HALT_REASONS"]
@@ -66,95 +64,23 @@ STOP_SEQUENCES = ["\nTool_Observation:", "\nObservation:", "\nTool_Error:", "\nU
                   "\n\nBacktrack:"]
 
 
-class _Machine:
-    """Holds the model, tools and scorer; its methods are the graph nodes: each one scores or calls
-    what the step needs, applies one rule of :mod:`.transitions` and emits its event."""
-
-    def __init__(
-        self,
-        model: BaseChatModel,
-        tools: Sequence[BaseTool],
-        scorer: Optional[StateScorer | Callable[..., float]],
-        config: TCRAGConfig,
-        *,
-        trust_client_identity: bool = False,
-    ) -> None:
-        self.model = model
-        self.tools = {t.name: t for t in tools}
-        self._scorer = scorer
-        self.base_config = config
-        self.trust_client_identity = trust_client_identity
-
-    def score(self, query: str, text: str, metric: str) -> float:
-        if self._scorer is None:
-            raise MonitorUnavailableError(
-                "this run turned the state monitor on, but the graph was built without one (its config had "
-                "enable_state_monitor=False and no scorer=): build it with a scorer to monitor runs")
-        if hasattr(self._scorer, "score"):
-            value = self._scorer.score(query, text, metric=metric)
-        else:
-            value = self._scorer(query, text, metric=metric)
-        value = float(value)
-        if value != value:  # NaN never passes or fails a threshold meaningfully
-            raise ValueError("the scorer returned NaN")
-        return value
+class _Machine(RunKernel):
+    """TC-RAG's node holder on the run kernel: each node scores or calls what the step needs
+    (through the kernel), applies one rule of :mod:`.transitions` and emits its event."""
 
     def sigma(self, cfg: TCRAGConfig) -> float:
         """sigma as a number; ``"auto"`` is this generator's stored calibration (tcrag calibrate)."""
         if cfg.sigma != "auto":
             return cfg.effective_sigma
-        from .eval.calibration import resolve_sigma
-        from .models import chat_model_id
-
         return resolve_sigma(cfg, chat_model_id(self.model))
 
     def cfg(self, config: RunnableConfig, runtime: Runtime) -> TCRAGConfig:
-        return resolve_config(
-            self.base_config,
-            configurable=(config or {}).get("configurable"),
-            context=getattr(runtime, "context", None),
-            trust_client_identity=self.trust_client_identity,
-        )
-
-    # ----- helpers -----
-    @staticmethod
-    def record(state: TCRAGState, config: RunnableConfig, event: TraceEvent) -> list[TraceEvent]:
-        """Emit ``event`` live and return the extended trace."""
-        emit(event, config)
-        return [*state.get("trace", []), event]
-
-    def halt(
-        self,
-        state: TCRAGState,
-        config: RunnableConfig,
-        *,
-        reason: HaltReason,
-        answer: Optional[str],
-        validated: bool,
-        error: Optional[str] = None,
-        extra: Optional[dict[str, Any]] = None,
-    ) -> Command:
-        update: dict[str, Any] = dict(extra or {})
-        final = {**state, **update}
-        event = TraceEvent(
-            step=final.get("steps", 0), action="Halt", op="halt", content=answer or "",
-            stack_depth=len(final.get("stack", [])), state_value=final.get("state_value"),
-            detail=reason.value if error is None else f"{reason.value}: {error}",
-        )
-        update.update(trace=self.record(final, config, event), answer=answer, answer_validated=validated,
-                      halt_reason=reason.value, error=error, pending_action=None)
-        result = RunResult.from_state({**final, **update})
-        update["messages"] = [AIMessage(content=result.text, response_metadata=result.metadata())]
-        return Command(goto=END, update=update)
-
-    def fail(self, state: TCRAGState, config: RunnableConfig, reason: HaltReason, exc: BaseException) -> Command:
-        return self.halt(state, config, reason=reason, answer=None, validated=False,
-                         error=f"{type(exc).__name__}: {exc}")
+        return self.settings(config, runtime)[0]
 
     def apply(self, state: TCRAGState, config: RunnableConfig, t: Transition) -> dict[str, Any]:
         """The state update for transition ``t`` (its event emitted live)."""
         update: dict[str, Any] = {"stack": t.stack, "steps": t.steps, "state_value": t.state_value,
-                                  "pending_action": None, "trace": self.record(state, config, t.event)}
+                                  "pending_action": None, "trace": self.record(state.get("trace"), config, t.event)}
         if t.state_set:
             update["state_history"] = [*state.get("state_history", []), {
                 "step": t.steps, "action": t.event.action, "value": t.state_value, "raw": t.scored}]
@@ -162,7 +88,12 @@ class _Machine:
 
     def monitor(self, state: TCRAGState, cfg: TCRAGConfig, text: str) -> Optional[float]:
         """The state monitor's value of ``text`` given the question; ``None`` when it is switched off."""
-        return self.score(state["question"], text, cfg.metric) if cfg.enable_state_monitor else None
+        return self.score(state["question"], text, metric=cfg.metric) if cfg.enable_state_monitor else None
+
+    def halt(self, state: Mapping[str, Any], config: Optional[RunnableConfig], **kwargs: Any) -> Command:
+        """The kernel's halt; the stack machine also drops its pending action."""
+        kwargs["extra"] = {**(kwargs.get("extra") or {}), "pending_action": None}
+        return super().halt(state, config, **kwargs)
 
     # ----- nodes -----
     def start(self, state: TCRAGState, config: RunnableConfig, runtime: Runtime) -> Command[Literal["Generate", "__end__"]]:
@@ -186,7 +117,7 @@ class _Machine:
                              validated=False, error=problem, extra={**base, "question": None})
         t = transitions.start(question, initial_state_value=cfg.initial_state_value, sigma=base["sigma"])
         update = {**base, "question": question, "stack": t.stack,
-                  "trace": self.record({**state, **base}, config, t.event)}
+                  "trace": self.record([], config, t.event)}
         if not last_human_is(state, question):
             update["messages"] = [HumanMessage(content=question)]
         return Command(goto="Generate", update=update)
@@ -213,15 +144,9 @@ class _Machine:
         messages.append(HumanMessage(content=turn))
         for item in state.get("format_feedback", []):
             messages += [AIMessage(content=item["output"]), HumanMessage(content=item["error"])]
-        try:
-            reply = self._invoke_model(messages, cfg, config)
-        except Exception as exc:  # a model/server failure ends the run cleanly, with the reason
-            return self.fail(state, config, HaltReason.MODEL_ERROR, exc)
-        text = message_text(reply.content)
-        usage = dict(state.get("token_usage") or {"prompt": 0, "completion": 0})
-        usage["prompt"] += sum(count_tokens(message_text(m.content)) for m in messages)
-        usage["completion"] += count_tokens(text)
-        common = {"llm_calls": state.get("llm_calls", 0) + 1, "token_usage": usage}
+        work = self.counters(state)
+        text = self.ask(work, messages, cfg, config, stop=STOP_SEQUENCES)  # a failure halts: model_error
+        common = {"llm_calls": work["llm_calls"], "token_usage": work["token_usage"]}
         try:
             if final:
                 parsed = _final_conclusion(text, list(self.tools))
@@ -234,7 +159,7 @@ class _Machine:
                     raise ActionParseError(f"your Conclusion does not fit the required answer: {problem}")
         except ActionParseError as err:
             retries = state.get("format_retries", 0) + 1
-            trace = self.record(state, config, TraceEvent(
+            trace = self.record(state.get("trace"), config, TraceEvent(
                 step=steps, action="Format_Error", op="format_error", content=text[:500],
                 stack_depth=len(stack), state_value=state.get("state_value"), detail=str(err)))
             if retries <= cfg.max_format_retries:
@@ -262,18 +187,6 @@ class _Machine:
                        update={**common, "pending_action": parsed, "format_retries": 0, "format_feedback": [],
                                "final_conclusion": final})
 
-    def _invoke_model(self, messages: list[BaseMessage], cfg: TCRAGConfig, config: RunnableConfig) -> BaseMessage:
-        from .models import LocalChatModel
-
-        model = self.model
-        kwargs: dict[str, Any] = {"stop": STOP_SEQUENCES}
-        if isinstance(model, LocalChatModel):  # only our model takes these per call
-            kwargs.update(max_new_tokens=cfg.max_new_tokens, temperature=cfg.temperature)
-        try:
-            return model.invoke(messages, config=child_config(config), **kwargs)
-        except TypeError:  # a model that rejects `stop`: observations are still dropped by the parser
-            return model.invoke(messages, config=child_config(config))
-
     @staticmethod
     def machine(state: TCRAGState) -> Machine:
         return Machine(stack=state["stack"], state_value=state["state_value"], sigma=state["sigma"],
@@ -282,10 +195,7 @@ class _Machine:
     def thought(self, state: TCRAGState, config: RunnableConfig, runtime: Runtime) -> Command[Literal["Generate", "__end__"]]:
         cfg = self.cfg(config, runtime)
         content = state["pending_action"].content
-        try:
-            score = self.monitor(state, cfg, content)
-        except Exception as exc:
-            return self.fail(state, config, HaltReason.SCORER_ERROR, exc)
+        score = self.monitor(state, cfg, content)  # a failure halts: scorer_error
         t = transitions.thought(self.machine(state), content, score=score)
         return Command(goto="Generate", update=self.apply(state, config, t))
 
@@ -306,26 +216,14 @@ class _Machine:
             update = self.apply(state, config, t)
             update["repeated_tool_calls"] = state.get("repeated_tool_calls", 0) + 1
             return Command(goto="Generate", update=update)
-        record = self._call_tool(tool, tool_input, cfg, config)
+        work = self.counters(state)
+        record = self.call_tool(work, tool, tool_input, cfg, config)
         detail = json.dumps({"tool": tool.name, "input": tool_input, "error": record.error_kind},
                             ensure_ascii=False, default=str)
         t = transitions.tool_use(self.machine(state), record, content=pending.content, detail=detail)
         update = self.apply(state, config, t)
-        update["tool_calls"] = state.get("tool_calls", 0) + 1
+        update["tool_calls"] = work["tool_calls"]
         return Command(goto="Generate", update=update)
-
-    def _call_tool(self, tool: BaseTool, tool_input: Any, cfg: TCRAGConfig, config: RunnableConfig) -> ToolCallRecord:
-        """One real call through the tool layer's pipeline (one deadline, one trim, typed errors)."""
-        child = child_config(config)
-        # The authenticated server user, else the trusted config's caller; never the client's words.
-        caller = caller_for_run(config, base=cfg.caller)
-        child["configurable"] = {**child.get("configurable", {}), CALLER_KEY: caller}
-        outcome = invoke_tool(tool, tool_input, config=child, timeout_s=cfg.tool_timeout_s,
-                              max_output_tokens=cfg.max_observation_tokens)
-        if is_tool_error(outcome):
-            return ToolCallRecord(tool=tool.name, tool_input=tool_input, observation=str(outcome), is_error=True,
-                                  error_kind=outcome.kind)
-        return ToolCallRecord(tool=tool.name, tool_input=tool_input, observation=outcome)
 
     def backtrack(self, state: TCRAGState, config: RunnableConfig) -> Command[Literal["Generate"]]:
         return Command(goto="Generate", update=self.apply(state, config, transitions.backtrack(self.machine(state))))
@@ -348,10 +246,7 @@ class _Machine:
             return self.halt({**state, **update}, config, reason=t.halt, answer=t.answer, validated=False,
                              error=f"the model wrote again the Conclusion the state monitor rejected at step "
                                    f"{earlier.step}; not validated", extra=update)
-        try:
-            score = self.monitor(state, cfg, content)
-        except Exception as exc:
-            return self.fail(state, config, HaltReason.SCORER_ERROR, exc)
+        score = self.monitor(state, cfg, content)  # a failure halts: scorer_error
         apply_rule = transitions.final_conclusion if state.get("final_conclusion") else transitions.conclusion
         t = apply_rule(self.machine(state), content, score=score)
         update = self.apply(state, config, t)
@@ -381,7 +276,7 @@ class _Machine:
             return self.halt(state, config, reason=HaltReason.VALIDATED, answer=top.content, validated=True)
         t = transitions.review_reject(self.machine(state), feedback)
         return Command(goto="Generate", update={"stack": t.stack, "state_value": t.state_value,
-                                                "trace": self.record(state, config, t.event)})
+                                                "trace": self.record(state.get("trace"), config, t.event)})
 
 
 def _final_conclusion(text: str, tool_names: list[str]) -> ParsedAction:
@@ -418,6 +313,7 @@ def build_graph(
     tools: Optional[Sequence[BaseTool]] = None,
     scorer: Optional[StateScorer | Callable[..., float]] = None,
     config: Optional[TCRAGConfig | dict[str, Any]] = None,
+    options: Any = None,
     checkpointer: Any = None,
     store: Any = None,
     name: str = "tcrag",
@@ -429,15 +325,17 @@ def build_graph(
         model: any LangChain chat model; a path to a transformers folder or a ``.gguf`` file (a local
             model, converted once and cached); a ``"provider:model"`` name for LangChain's
             ``init_chat_model`` (e.g. ``"openai:NAME"`` for a vLLM server); ``None`` uses the
-            packaged SmolLM2-135M-Instruct. See :func:`tcrag_langgraph.models.resolve_chat_model`.
+            packaged SmolLM2-135M-Instruct. See :func:`tcrag_langgraph.models.local.resolve_chat_model`.
         tools: LangChain tools the agent may call (names must be unique); none by default.
         scorer: the state monitor (``score(query, text, *, metric) -> float``). ``None`` scores with
-            the generator's own weights (:func:`tcrag_langgraph.scoring.scorer_for_model`: local and
+            the generator's own weights (:func:`tcrag_langgraph.monitor.scoring.scorer_for_model`: local and
             langchain-huggingface models); for any other model it raises
-            :class:`~tcrag_langgraph.scoring.MonitorUnavailableError` naming the options (pass a
+            :class:`~tcrag_langgraph.monitor.scoring.MonitorUnavailableError` naming the options (pass a
             scorer, or ``TCRAGConfig(enable_state_monitor=False)``).
         config: :class:`TCRAGConfig` (or a dict of its fields); overridable per run through
             ``context=`` or ``config["configurable"]``.
+        options: TC-RAG has no options of its own beyond :class:`TCRAGConfig` (the argument exists so
+            every method's builder has the same signature); anything but None is a ValueError.
         checkpointer: a LangGraph checkpointer (e.g. ``SqliteSaver``) for durable, resumable runs.
             Give it ``serde=tcrag_langgraph.checkpoint_serde()``: that serializer restores only
             TC-RAG's own state types and LangGraph's, so a tampered checkpoint database cannot make
@@ -449,36 +347,19 @@ def build_graph(
     Returns:
         A compiled graph: ``invoke({"question": ...})`` or ``invoke({"messages": [...]})``.
     """
-    cfg = config if isinstance(config, TCRAGConfig) else TCRAGConfig.model_validate(config or {})
-    tools = list(tools or [])
-    for tool in tools:
-        if not isinstance(tool, BaseTool):
-            raise TypeError(f"tools must be LangChain BaseTool instances, got {type(tool).__name__}")
-    if len({tool.name for tool in tools}) != len(tools):
-        raise ValueError("tool names must be unique")
-    if not (model is None or isinstance(model, (BaseChatModel, str, os.PathLike))):
-        raise TypeError(f"model must be a LangChain chat model, a path or a 'provider:model' name, "
-                        f"got {type(model).__name__}")
-    if not isinstance(model, BaseChatModel):  # the packaged default, a local path or a provider name
-        model = resolve_chat_model(model, max_new_tokens=cfg.max_new_tokens, temperature=cfg.temperature)
+    args = build_arguments(model=model, tools=tools, scorer=scorer, config=config, options=options, name=name,
+                           trust_client_identity=trust_client_identity, method="TC-RAG")
+    model, cfg = args.model, args.config
     if cfg.sigma == "auto":  # the generator's stored calibration; a missing one fails here, not mid-run
-        from .eval.calibration import resolve_sigma
-        from .models import chat_model_id
-
         cfg = cfg.merged({"sigma": resolve_sigma(cfg, chat_model_id(model))})
-    if scorer is None and cfg.enable_state_monitor:
-        # The monitor scores with the generator's own weights, never silently with another model.
-        scorer = scorer_for_model(model)
-    machine = _Machine(model, tools, scorer, cfg, trust_client_identity=trust_client_identity)
+    # The monitor scores with the generator's own weights, never silently with another model.
+    scorer = default_scorer(model, scorer, needed=cfg.enable_state_monitor)
+    machine = _Machine(model, args.tools, scorer, cfg, trust_client_identity=trust_client_identity)
     builder = StateGraph(TCRAGState, context_schema=TCRAGConfig)
-    builder.add_node("Start", machine.start)
-    builder.add_node("Generate", machine.generate)
-    builder.add_node("Thought", machine.thought)
-    builder.add_node("Plan", machine.plan)
-    builder.add_node("Tool_Use", machine.tool_use)
-    builder.add_node("Summary", machine.summary)
-    builder.add_node("Backtrack", machine.backtrack)
-    builder.add_node("Conclusion", machine.conclusion)
-    builder.add_node("Human_Review", machine.human_review)
+    for node_name, node in (("Start", machine.start), ("Generate", machine.generate), ("Thought", machine.thought),
+                            ("Plan", machine.plan), ("Tool_Use", machine.tool_use), ("Summary", machine.summary),
+                            ("Backtrack", machine.backtrack), ("Conclusion", machine.conclusion),
+                            ("Human_Review", machine.human_review)):
+        builder.add_node(node_name, machine.node(node))
     builder.add_edge(START, "Start")
     return builder.compile(checkpointer=checkpointer, store=store, name=name)

@@ -13,7 +13,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 from pydantic.json_schema import SkipJsonSchema
 
 # Identity is owned by the tools (EMR access control); the agent only carries it.
-from .tools.identity import CALLER_KEY, CallerContext, caller_from_config
+from ..tools.identity import CALLER_KEY, CallerContext, caller_from_config
 
 __all__ = ["TCRAGConfig", "CallerContext", "DEFAULT_SIGMA", "resolve_config", "request_option_fields",
            "caller_from_config", "CALLER_KEY"]
@@ -168,7 +168,7 @@ def resolve_config(
 
     ``caller`` is never taken from either layer: both are written by the client, and an identity
     must come from trusted configuration or an authenticated server user
-    (:func:`tcrag_langgraph.auth.caller_for_run`). ``trust_client_identity=True`` is the explicit
+    (:func:`tcrag_langgraph.machine.identity.caller_for_run`). ``trust_client_identity=True`` is the explicit
     opt-in for in-process callers who build the context themselves.
     """
     cfg = base

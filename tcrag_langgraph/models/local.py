@@ -36,7 +36,7 @@ from langchain_core.outputs import ChatGeneration, ChatGenerationChunk, ChatResu
 from pydantic import ConfigDict, Field, PrivateAttr, field_validator
 
 from .kv_cache import CacheStats, PromptKVPool
-from .prompting import message_text
+from ..tools.layer.outcome import content_text
 
 __all__ = [
     "LocalModel",
@@ -257,7 +257,7 @@ class LocalChatModel(BaseChatModel):
     continuation, and runs under ``ainvoke`` (in a worker thread, off the event loop).
 
     With ``kv_cache=True`` (default) the key/value states of earlier prompts are kept
-    (:class:`~tcrag_langgraph.kv_cache.PromptKVPool`): each call prefills only the tokens after the
+    (:class:`~tcrag_langgraph.models.kv_cache.PromptKVPool`): each call prefills only the tokens after the
     longest common token prefix with a cached prompt. The TC-RAG prompt renders the stack bottom
     first before a fixed suffix, so a push costs the new frame and a pop costs nothing but a crop.
     ``usage_metadata["input_token_details"]["cache_read"]`` reports the reused tokens.
@@ -346,7 +346,7 @@ class LocalChatModel(BaseChatModel):
 
     def _prompt_ids(self, messages: list[BaseMessage]):
         tok = self.local_model.tokenizer
-        chat = [{"role": _role(m), "content": message_text(m.content)} for m in messages]
+        chat = [{"role": _role(m), "content": content_text(m.content)} for m in messages]
         ids = tok.apply_chat_template(chat, add_generation_prompt=True, return_tensors="pt", return_dict=True)
         return ids["input_ids"]
 

@@ -1,0 +1,394 @@
+"""The run kernel: what every method does in a run, in one place.
+
+TC-RAG's stack machine, the baselines (Base, CoT, SR-RAG) and the papers' methods (CRP-RAG,
+KAG-Thinker, TCM-DiffRAG) all hold their graph nodes the same way: a subclass of
+:class:`RunKernel` whose methods are the nodes (a method with many nodes groups them in stage
+classes that build on its core class). The kernel owns the run glue they share, so each rule has
+one home:
+
+* :meth:`RunKernel.settings` - the per-run settings: the build-time :class:`TCRAGConfig` and the
+  method's own options (:class:`MethodOptions`), overridden by ``config["configurable"]`` and the
+  run ``context``; the caller is never taken from either (:func:`~.identity.caller_for_run`);
+* :meth:`RunKernel.ask` - one model call: generation budget and stop sequences, counted calls and
+  tokens, a failure ends the run with ``model_error``;
+* :meth:`RunKernel.score` / :meth:`RunKernel.token_logprobs` - the state monitor's scorer, one check
+  that its value is finite (a failure ends the run with ``scorer_error``);
+* :meth:`RunKernel.call_tool` - a tool call through the one tool layer, acting for the caller of
+  the trusted configuration or the authenticated server user;
+* :meth:`RunKernel.record` - a trace event, emitted live (:func:`~.events.emit`);
+* :meth:`RunKernel.halt` - the end of a run: the same result fields and the same final message
+  metadata (:class:`~.result.RunResult`) for every method;
+* :meth:`RunKernel.node` - a node wrapper that turns a :class:`RunFailure` into that halt;
+* :func:`build_arguments` - what every builder checks and resolves (model, tools, config, options,
+  name, identity switch), with the same exceptions: TypeError for a wrong type, ValueError for a
+  bad value.
+"""
+
+from __future__ import annotations
+
+import inspect
+import math
+import os
+import typing
+from dataclasses import dataclass
+from typing import Any, Callable, Mapping, Optional, Sequence
+
+from langchain_core.language_models import BaseChatModel
+from langchain_core.messages import AIMessage, BaseMessage, HumanMessage
+from langchain_core.runnables import RunnableConfig
+from langchain_core.tools import BaseTool
+from langgraph.graph import END
+from langgraph.runtime import Runtime
+from langgraph.types import Command
+from pydantic import BaseModel, ConfigDict
+
+from ..models.local import LocalChatModel, resolve_chat_model
+from ..monitor.scoring import MonitorUnavailableError, scorer_for_model
+from ..tools.layer import invoke_tool, is_tool_error
+from ..tools.layer.outcome import content_text
+from ..tools.tokens import count_tokens
+from .config import CALLER_KEY, TCRAGConfig, resolve_config
+from .events import emit
+from .identity import caller_for_run
+from .result import RunResult
+from .run_input import child_config, extract_question, last_human_is
+from .state import ToolCallRecord, TraceEvent
+
+__all__ = ["MethodOptions", "RunFailure", "RunKernel", "BuildArguments", "build_arguments", "fresh_run"]
+
+
+class MethodOptions(BaseModel):
+    """Base of a method's own options (CRP-RAG, KAG-Thinker, TCM-DiffRAG): validated, unknown fields
+    refused, each overridable per run (``context=``); the shared settings stay in :class:`TCRAGConfig`."""
+
+    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+
+    def merged(self, overrides: "MethodOptions | Mapping[str, Any] | None") -> "MethodOptions":
+        """A copy with the explicitly set fields of ``overrides`` applied (validated)."""
+        if overrides is None:
+            return self
+        if isinstance(overrides, type(self)):
+            values = {name: getattr(overrides, name) for name in overrides.model_fields_set}
+        elif isinstance(overrides, Mapping):
+            values = dict(overrides)
+        else:
+            raise TypeError(f"{type(self).__name__} overrides must be {type(self).__name__} or a mapping, "
+                            f"not {type(overrides).__name__}")
+        return type(self).model_validate({**self.model_dump(), **values}) if values else self
+
+
+class RunFailure(Exception):
+    """Ends a run cleanly with ``reason`` (``model_error``, ``scorer_error``, ``format_error``, ...)."""
+
+    def __init__(self, reason: str, message: str, update: Optional[dict[str, Any]] = None) -> None:
+        super().__init__(message)
+        self.reason = reason
+        self.update = update or {}
+
+
+def fresh_run(**extra: Any) -> dict[str, Any]:
+    """The keys every method resets when a run starts (a thread's earlier turn must not leak in)."""
+    return {"trace": [], "steps": 0, "llm_calls": 0, "tool_calls": 0, "format_retries": 0,
+            "token_usage": {"prompt": 0, "completion": 0}, "answer": None, "structured_answer": None,
+            "answer_validated": False, "halt_reason": None, "error": None, "state_value": None, **extra}
+
+
+class RunKernel:
+    """Holds a method's model, tools, scorer, configuration and options; a method's node holder
+    subclasses it and its methods are the graph nodes."""
+
+    #: the method's own options type (None: the method has none)
+    options_type: Optional[type[MethodOptions]] = None
+
+    def __init__(self, model: BaseChatModel, tools: Sequence[BaseTool], scorer: Any, config: TCRAGConfig,
+                 options: Optional[MethodOptions] = None, *, trust_client_identity: bool = False) -> None:
+        self.model = model
+        self.tools: dict[str, BaseTool] = {t.name: t for t in tools}
+        self.scorer = scorer
+        self.base_config = config
+        self.base_options = options
+        self.trust_client_identity = trust_client_identity
+
+    # ----- per-run settings -----
+    def settings(self, config: Optional[RunnableConfig], runtime: Optional[Runtime] = None) -> tuple[TCRAGConfig, Any]:
+        """This run's :class:`TCRAGConfig` and own options. ``configurable`` may set fields of either
+        (other keys belong to the server and are ignored); ``context`` may be a TCRAGConfig, the
+        method's options or a mapping of either's fields (an unknown field is a ValueError)."""
+        configurable = (config or {}).get("configurable") or {}
+        shared_conf, own_conf = self._split(configurable, strict=False)
+        shared_ctx, own_ctx = self._split(getattr(runtime, "context", None), strict=True)
+        cfg = resolve_config(self.base_config, configurable=shared_conf, context=shared_ctx,
+                             trust_client_identity=self.trust_client_identity)
+        options = self.base_options
+        if options is not None and (own_conf or own_ctx):
+            options = options.merged({**own_conf, **own_ctx})
+        return cfg, options
+
+    def _split(self, layer: Any, *, strict: bool) -> tuple[dict[str, Any], dict[str, Any]]:
+        own_fields = set(self.options_type.model_fields) if self.options_type is not None else set()
+        if layer is None:
+            return {}, {}
+        if isinstance(layer, TCRAGConfig):
+            return {k: getattr(layer, k) for k in layer.model_fields_set}, {}
+        if self.options_type is not None and isinstance(layer, self.options_type):
+            return {}, {k: getattr(layer, k) for k in layer.model_fields_set}
+        if not isinstance(layer, Mapping):
+            kinds = "TCRAGConfig" + (f", {self.options_type.__name__}" if self.options_type else "")
+            raise ValueError(f"context must be a {kinds} or a mapping of their fields, not {type(layer).__name__}")
+        shared = {k: v for k, v in layer.items() if k in TCRAGConfig.model_fields}
+        own = {k: v for k, v in layer.items() if k in own_fields}
+        unknown = sorted(str(k) for k in layer if k not in TCRAGConfig.model_fields and k not in own_fields)
+        if strict and unknown:
+            raise ValueError(f"unknown options {unknown}")
+        return shared, own
+
+    # ----- the model -----
+    @staticmethod
+    def counters(state: Mapping[str, Any]) -> dict[str, Any]:
+        """A node's working copy of the run's counters (advanced by :meth:`ask` and :meth:`call_tool`)."""
+        usage = state.get("token_usage") or {}
+        return {"llm_calls": state.get("llm_calls", 0), "tool_calls": state.get("tool_calls", 0),
+                "token_usage": {"prompt": usage.get("prompt", 0), "completion": usage.get("completion", 0)}}
+
+    def ask(self, work: dict[str, Any], messages: list[BaseMessage], cfg: TCRAGConfig, config: RunnableConfig, *,
+            max_new_tokens: Optional[int] = None, temperature: Optional[float] = None,
+            stop: Optional[list[str]] = None) -> str:
+        """One model call; counts it and its tokens into ``work``; a failure raises ``RunFailure("model_error")``.
+
+        The budget and temperature reach models that take them per call (the local model); a provider
+        model keeps its own. ``stop`` is sent where the model accepts it (the parser still drops an
+        invented observation where it does not)."""
+        kwargs: dict[str, Any] = {}
+        if isinstance(self.model, LocalChatModel):
+            kwargs.update(max_new_tokens=cfg.max_new_tokens if max_new_tokens is None else max_new_tokens,
+                          temperature=cfg.temperature if temperature is None else temperature)
+        usage = dict(work.get("token_usage") or {"prompt": 0, "completion": 0})
+        try:
+            try:
+                reply = self.model.invoke(messages, config=child_config(config), **kwargs,
+                                          **({"stop": stop} if stop else {}))
+            except TypeError:
+                if not stop:
+                    raise
+                reply = self.model.invoke(messages, config=child_config(config), **kwargs)
+        except Exception as exc:  # a model/server failure ends the run cleanly, with the reason
+            raise RunFailure("model_error", f"{type(exc).__name__}: {exc}") from exc
+        text = content_text(reply.content)
+        usage["prompt"] = usage.get("prompt", 0) + sum(count_tokens(content_text(m.content)) for m in messages)
+        usage["completion"] = usage.get("completion", 0) + count_tokens(text)
+        work.update(llm_calls=work.get("llm_calls", 0) + 1, token_usage=usage)
+        return text
+
+    # ----- the state monitor -----
+    def score(self, context: str, text: str, *, metric: str) -> float:
+        """The scorer's value of ``text`` given ``context``; a missing scorer, a scorer error or a value
+        that is not finite raises ``RunFailure("scorer_error")``."""
+        if self.scorer is None:
+            raise RunFailure("scorer_error", "MonitorUnavailableError: this run turned the state monitor on, but "
+                             "the graph was built without one (its config had enable_state_monitor=False and no "
+                             "scorer=): build it with a scorer to monitor runs")
+        try:
+            if hasattr(self.scorer, "score"):
+                value = float(self.scorer.score(context, text, metric=metric))
+            else:
+                value = float(self.scorer(context, text, metric=metric))
+        except Exception as exc:
+            raise RunFailure("scorer_error", f"{type(exc).__name__}: {exc}") from exc
+        if not math.isfinite(value):  # NaN or infinity never passes or fails a threshold meaningfully
+            raise RunFailure("scorer_error", f"ValueError: the scorer returned {value}")
+        return value
+
+    def token_logprobs(self, context: str, text: str) -> list[float]:
+        """Log-probabilities of the tokens of ``text`` given ``context`` (finite), from the scorer."""
+        if self.scorer is None or not callable(getattr(self.scorer, "token_logprobs", None)):
+            raise RunFailure("scorer_error", "this run needs token log-probabilities, but the graph's scorer has no "
+                             "token_logprobs(context, text)")
+        values = [float(v) for v in self.scorer.token_logprobs(context, text)]
+        if not all(math.isfinite(v) or v == -math.inf for v in values):
+            raise ValueError("the scorer returned a log-probability that is not a number")
+        return values
+
+    # ----- tools -----
+    def call_tool(self, work: dict[str, Any], tool: BaseTool, tool_input: Any, cfg: TCRAGConfig,
+                  config: RunnableConfig) -> ToolCallRecord:
+        """One real call through the tool layer (one deadline, one trim, typed errors), acting for the
+        authenticated server user, else the trusted configuration's caller, never the client's words."""
+        child = child_config(config)
+        caller = caller_for_run(config, base=cfg.caller)
+        child["configurable"] = {**child.get("configurable", {}), CALLER_KEY: caller}
+        outcome = invoke_tool(tool, tool_input, config=child, timeout_s=cfg.tool_timeout_s,
+                              max_output_tokens=cfg.max_observation_tokens)
+        work["tool_calls"] = work.get("tool_calls", 0) + 1
+        if is_tool_error(outcome):
+            return ToolCallRecord(tool=tool.name, tool_input=tool_input, observation=str(outcome), is_error=True,
+                                  error_kind=outcome.kind)
+        return ToolCallRecord(tool=tool.name, tool_input=tool_input, observation=outcome)
+
+    # ----- trace and halt -----
+    @staticmethod
+    def record(trace: Optional[Sequence[TraceEvent]], config: Optional[RunnableConfig],
+               event: TraceEvent) -> list[TraceEvent]:
+        """Emit ``event`` live; return ``trace`` extended by it."""
+        emit(event, config)
+        return [*(trace or []), event]
+
+    def position(self, state: Mapping[str, Any]) -> tuple[int, Optional[float]]:
+        """Where a run stands, for its events: (depth of its memory, its state value). Methods whose
+        memory is not a stack override it."""
+        return len(state.get("stack") or []), state.get("state_value")
+
+    def halt(self, state: Mapping[str, Any], config: Optional[RunnableConfig], *, reason: Any,
+             answer: Optional[str], validated: bool, error: Optional[str] = None,
+             extra: Optional[Mapping[str, Any]] = None) -> Command:
+        """End the run: the Halt event, the result fields, and the final message carrying the
+        :class:`RunResult` text and metadata (the same for every method)."""
+        reason = getattr(reason, "value", reason)
+        update: dict[str, Any] = dict(extra or {})
+        final = {**state, **update}
+        depth, value = self.position(final)
+        event = TraceEvent(step=final.get("steps", 0), action="Halt", op="halt", content=answer or "",
+                           stack_depth=depth, state_value=value,
+                           detail=reason if error is None else f"{reason}: {error}")
+        update.update(trace=self.record(final.get("trace"), config, event), answer=answer,
+                      answer_validated=validated, halt_reason=reason, error=error)
+        result = RunResult.from_state({**final, **update})
+        update["messages"] = [AIMessage(content=result.text, response_metadata=result.metadata())]
+        return Command(goto=END, update=update)
+
+    def begin(self, state: Mapping[str, Any], config: RunnableConfig, cfg: TCRAGConfig, *, goto: str,
+              fresh: Mapping[str, Any]) -> Command:
+        """A run's first node: read and check the question (an unusable one halts with
+        ``invalid_input``), reset the run's keys to ``fresh``, record the User_Query."""
+        question, problem = extract_question(state, cfg)
+        if problem is not None:  # the question of an earlier turn on this thread must not look like this run's
+            return self.halt({**state, **fresh}, config, reason="invalid_input", answer=None, validated=False,
+                             error=problem, extra={**fresh, "question": None})
+        update: dict[str, Any] = {**fresh, "question": question}
+        depth, value = self.position(update)
+        update["trace"] = self.record([], config, TraceEvent(step=0, action="User_Query", op="push", content=question,
+                                                             stack_depth=max(depth, 1), state_value=value))
+        if not last_human_is(state, question):
+            update["messages"] = [HumanMessage(content=question)]
+        return Command(goto=goto, update=update)
+
+    def node(self, fn: Callable[..., Command]) -> Callable[..., Command]:
+        """``fn`` as a graph node: a :class:`RunFailure` it raises halts the run cleanly with its
+        reason. A node taking a ``work`` argument gets a fresh dict for its partial update (counted
+        calls and tokens), kept in the halt."""
+        params = inspect.signature(fn).parameters
+        wants_runtime, wants_work = "runtime" in params, "work" in params
+
+        def run(state: Any, config: RunnableConfig, runtime: Runtime) -> Command:
+            work: dict[str, Any] = {}
+            args: list[Any] = [state, config] + ([runtime] if wants_runtime else []) + ([work] if wants_work else [])
+            try:
+                return fn(*args)
+            except RunFailure as failure:
+                partial = {**work, **failure.update}
+                return self.halt({**state, **partial}, config, reason=failure.reason, answer=None, validated=False,
+                                 error=str(failure), extra=partial)
+
+        run.__name__ = getattr(fn, "__name__", "node")
+        run.__qualname__ = getattr(fn, "__qualname__", run.__name__)
+        # LangGraph reads the return annotation (Command[Literal[...]]) for the node's edges: hand it the
+        # node's own, resolved in the node's module
+        hints = typing.get_type_hints(fn)
+        run.__annotations__ = {"state": hints.get("state", Any), "config": RunnableConfig, "runtime": Runtime,
+                               "return": hints.get("return", Command)}
+        return run
+
+
+@dataclass(frozen=True)
+class BuildArguments:
+    """What a builder works with after :func:`build_arguments` checked and resolved its arguments."""
+
+    model: BaseChatModel
+    tools: list[BaseTool]
+    scorer: Any
+    config: TCRAGConfig
+    options: Any
+    name: str
+    trust_client_identity: bool
+
+
+def build_arguments(
+    *,
+    model: Any,
+    tools: Any,
+    scorer: Any,
+    config: Any,
+    options: Any,
+    name: Any,
+    trust_client_identity: Any,
+    options_type: Optional[type[MethodOptions]] = None,
+    method: str = "this method",
+) -> BuildArguments:
+    """Check and resolve the arguments every builder takes, the same way for every method.
+
+    ``model``: a LangChain chat model, a local path / ``.gguf``, a ``"provider:model"`` name or None
+    (the packaged default). ``tools``: LangChain tools with unique names. ``scorer``: None, an object
+    with ``score`` or ``token_logprobs``, or a callable. ``config``: a :class:`TCRAGConfig` or a
+    mapping of its fields. ``options``: the method's own options (or a mapping of them); a method
+    without options takes none. A wrong type is a TypeError, a bad value a ValueError.
+    """
+    if not (model is None or isinstance(model, (BaseChatModel, str, os.PathLike))):
+        raise TypeError(f"model must be a LangChain chat model, a path or a 'provider:model' name, "
+                        f"got {type(model).__name__}")
+    if tools is None:
+        tools = []
+    if isinstance(tools, (str, bytes, BaseTool)) or not isinstance(tools, (Sequence, tuple, list)):
+        raise TypeError(f"tools must be a sequence of LangChain tools, got {type(tools).__name__}")
+    tools = list(tools)
+    for tool in tools:
+        if not isinstance(tool, BaseTool):
+            raise TypeError(f"tools must be LangChain BaseTool instances, got {type(tool).__name__}")
+    if len({tool.name for tool in tools}) != len(tools):
+        raise ValueError("tool names must be unique")
+    if scorer is not None and not (hasattr(scorer, "score") or hasattr(scorer, "token_logprobs") or callable(scorer)):
+        raise TypeError(f"scorer must have score(query, text, *, metric), token_logprobs(context, text) or be "
+                        f"callable, got {type(scorer).__name__}")
+    if config is None:
+        cfg = TCRAGConfig()
+    elif isinstance(config, TCRAGConfig):
+        cfg = config
+    elif isinstance(config, Mapping):
+        cfg = TCRAGConfig.model_validate(dict(config))  # a bad value: pydantic's ValidationError, a ValueError
+    else:
+        raise TypeError(f"config must be a TCRAGConfig or a mapping of its fields, got {type(config).__name__}")
+    if options_type is None:
+        if options:
+            raise ValueError(f"{method} takes no options (its settings are TCRAGConfig fields)")
+        opts = None
+    elif options is None:
+        opts = options_type()
+    elif isinstance(options, options_type):
+        opts = options
+    elif isinstance(options, Mapping):
+        opts = options_type.model_validate(dict(options))
+    else:
+        raise TypeError(f"options must be {options_type.__name__} or a mapping of its fields, "
+                        f"got {type(options).__name__}")
+    if not isinstance(name, str):
+        raise TypeError(f"name must be a string, got {type(name).__name__}")
+    if not name.strip():
+        raise ValueError("name must not be empty")
+    if not isinstance(trust_client_identity, bool):
+        raise TypeError(f"trust_client_identity must be True or False, got {type(trust_client_identity).__name__}")
+    if not isinstance(model, BaseChatModel):  # the packaged default, a local path or a provider name
+        model = resolve_chat_model(model, max_new_tokens=cfg.max_new_tokens, temperature=cfg.temperature)
+    return BuildArguments(model=model, tools=tools, scorer=scorer, config=cfg, options=opts, name=name,
+                          trust_client_identity=trust_client_identity)
+
+
+def default_scorer(model: BaseChatModel, scorer: Any, *, needed: bool, why: str = "") -> Any:
+    """``scorer``, or when none is given and the method needs one, the generator's own weights
+    (:func:`~tcrag_langgraph.monitor.scoring.scorer_for_model`): never silently another model. A model
+    without trusted log-probs raises :class:`MonitorUnavailableError` (``why`` says what to do instead)."""
+    if scorer is not None or not needed:
+        return scorer
+    try:
+        return scorer_for_model(model)
+    except MonitorUnavailableError as err:
+        if not why:
+            raise
+        raise MonitorUnavailableError(f"{err} {why}") from None

@@ -1,0 +1,162 @@
+"""The calibration store: sigma (and its AUROC) measured per model and metric, saved as JSON and read
+back when a graph is built with ``sigma="auto"``.
+
+``tcrag calibrate`` (the analysis lives in :mod:`tcrag_langgraph.eval.calibration`) saves a
+:class:`Calibration` by default at ``$TCRAG_CACHE_DIR/calibration/<model-id>.<metric>.json``
+(``~/.cache/tcrag_langgraph`` without the variable; see :func:`default_calibration_path`).
+:func:`load_calibration` reads one back and :func:`resolve_sigma` turns ``sigma="auto"`` into the
+stored number at graph build time. This is runtime code: the stack machine and the methods read
+it, so it lives with the state monitor, not with the evaluation.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import re
+import tempfile
+from dataclasses import asdict, dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+__all__ = ["METRICS", "Calibration", "CalibrationNotFoundError", "default_calibration_path", "save_calibration",
+           "load_calibration", "resolve_sigma"]
+
+METRICS = ("cppl", "uct")
+
+
+class CalibrationNotFoundError(FileNotFoundError):
+    """No stored calibration for this model and metric (the message says how to make one)."""
+
+
+@dataclass(frozen=True)
+class Calibration:
+    """A sigma measured for one model and metric, and where it came from.
+
+    ``created`` is an ISO-8601 UTC time; ``details`` holds anything else worth keeping (the
+    rule, split, method, TPR/FPR at sigma).
+    """
+
+    metric: str
+    sigma: float
+    auroc: float
+    model_id: str
+    dataset: str
+    n: int
+    created: str = field(default_factory=lambda: datetime.now(timezone.utc).isoformat(timespec="seconds"))
+    details: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if self.metric not in METRICS:
+            raise ValueError(f"unknown metric {self.metric!r}; use 'cppl' or 'uct'")
+        if isinstance(self.sigma, bool) or not isinstance(self.sigma, (int, float)) or not (
+            math.isfinite(self.sigma) and self.sigma > 0
+        ):
+            raise ValueError(f"sigma must be a finite number > 0, not {self.sigma!r}")
+        if not isinstance(self.auroc, (int, float)) or not 0.0 <= float(self.auroc) <= 1.0:
+            raise ValueError(f"auroc must be in [0, 1], not {self.auroc!r}")
+        if not isinstance(self.model_id, str) or not self.model_id.strip():
+            raise ValueError("model_id must be a non-empty string")
+        if not isinstance(self.n, int) or isinstance(self.n, bool) or self.n < 1:
+            raise ValueError(f"n must be a positive integer, not {self.n!r}")
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: Any) -> "Calibration":
+        if not isinstance(data, dict):
+            raise ValueError("a calibration file holds a JSON object")
+        missing = [k for k in ("metric", "sigma", "auroc", "model_id", "dataset", "n", "created") if k not in data]
+        if missing:
+            raise ValueError(f"calibration is missing {missing}")
+        known = {k: data[k] for k in ("metric", "sigma", "auroc", "model_id", "dataset", "n", "created", "details")
+                 if k in data}
+        return cls(**known)
+
+
+def _file_safe(model_id: str) -> str:
+    # "openai:gpt-4o" and "Qwen/Qwen2.5" become file names; the file itself records the real id.
+    safe = re.sub(r"[^A-Za-z0-9._-]+", "_", model_id.strip()).strip("._")
+    if not safe:
+        raise ValueError(f"model id {model_id!r} has no usable characters for a file name")
+    return safe
+
+
+def default_calibration_path(model_id: str, metric: str) -> Path:
+    """``<cache>/calibration/<model-id>.<metric>.json`` where ``<cache>`` is ``$TCRAG_CACHE_DIR`` or
+    ``~/.cache/tcrag_langgraph``; characters other than letters, digits, ``.``, ``_`` and ``-`` in
+    the model id become ``_``.
+
+    Example:
+        >>> default_calibration_path("openai:gpt-4o", "cppl").name
+        'openai_gpt-4o.cppl.json'
+    """
+    from ..models.local import cache_dir
+
+    if metric not in METRICS:
+        raise ValueError(f"unknown metric {metric!r}; use 'cppl' or 'uct'")
+    return cache_dir() / "calibration" / f"{_file_safe(model_id)}.{metric}.json"
+
+
+def save_calibration(calibration: Calibration, path: str | os.PathLike[str] | None = None) -> Path:
+    """Write ``calibration`` as JSON (atomically) to ``path`` or the default location; returns the path."""
+    target = Path(path).expanduser() if path is not None else default_calibration_path(
+        calibration.model_id, calibration.metric)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}-", dir=target.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as out:
+            json.dump(calibration.to_dict(), out, indent=2)
+            out.write("\n")
+        os.replace(tmp, target)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return target
+
+
+def load_calibration(path: str | os.PathLike[str] | None = None, *, model_id: str, metric: str) -> Calibration:
+    """The stored calibration of ``model_id`` for ``metric``.
+
+    ``path=None`` reads :func:`default_calibration_path`. A missing file is a
+    :class:`CalibrationNotFoundError` naming the ``tcrag calibrate`` command that makes one; a file
+    for another model or metric, or a malformed one, is a ValueError.
+    """
+    target = Path(path).expanduser() if path is not None else default_calibration_path(model_id, metric)
+    if not target.is_file():
+        raise CalibrationNotFoundError(
+            f"no {metric} calibration for model {model_id!r} at {target}. Make one with "
+            f"`tcrag calibrate --dataset pubmedqa --split trainval --metric {metric} --model <the same model> "
+            "--out <folder>`, or give sigma as a number."
+        )
+    try:
+        data = json.loads(target.read_text(encoding="utf-8"))
+        found = Calibration.from_dict(data)
+    except (json.JSONDecodeError, TypeError, ValueError) as exc:
+        raise ValueError(f"{target} is not a valid calibration file: {exc}") from None
+    if found.metric != metric:
+        raise ValueError(f"{target} calibrates {found.metric}, not {metric}")
+    if found.model_id != model_id:
+        raise ValueError(f"{target} was measured for model {found.model_id!r}, not {model_id!r}")
+    return found
+
+
+def resolve_sigma(config: Any, model_id: str, *, path: str | os.PathLike[str] | None = None) -> float:
+    """The number sigma stands for in ``config`` with generator ``model_id``.
+
+    A number is itself; ``None`` is the paper's default for ``config.metric``; ``"auto"`` is the
+    stored calibration of ``model_id`` for ``config.metric`` (:func:`load_calibration`; a missing
+    one is a :class:`CalibrationNotFoundError`). Call it when the graph is built and again when a
+    run changes the metric or sigma.
+
+    Example:
+        >>> from tcrag_langgraph.machine.config import TCRAGConfig
+        >>> resolve_sigma(TCRAGConfig(metric="uct"), "any-model")
+        20.0
+    """
+    if config.sigma == "auto":
+        return float(load_calibration(path, model_id=model_id, metric=config.metric).sigma)
+    return config.effective_sigma
