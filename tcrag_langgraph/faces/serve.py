@@ -62,10 +62,10 @@ import ipaddress
 import json
 import threading
 import uuid
-from collections import OrderedDict
 from contextlib import asynccontextmanager
 from typing import Any, Optional, Sequence
 
+from cachetools import LRUCache
 from fastapi import FastAPI, HTTPException, Request
 from langgraph.checkpoint.memory import InMemorySaver
 from pydantic import ValidationError
@@ -105,18 +105,14 @@ class BoundedMemorySaver(InMemorySaver):
             raise ValueError(f"max_threads must be a positive integer, got {max_threads!r}")
         super().__init__(serde=serde if serde is not None else checkpoint_serde())
         self.max_threads = max_threads
-        self._recent: OrderedDict[str, None] = OrderedDict()
+        self._recent = _RecentThreads(max_threads, forget=super().delete_thread)
         self._recent_lock = threading.RLock()
 
     def put(self, config, checkpoint, metadata, new_versions):
         saved = super().put(config, checkpoint, metadata, new_versions)
         thread_id = str(config["configurable"]["thread_id"])
         with self._recent_lock:
-            self._recent[thread_id] = None
-            self._recent.move_to_end(thread_id)
-            while len(self._recent) > self.max_threads:
-                oldest, _ = self._recent.popitem(last=False)
-                super().delete_thread(oldest)
+            self._recent[thread_id] = None  # most recent now; the least recent beyond max_threads is forgotten
         return saved
 
     def delete_thread(self, thread_id: str) -> None:
@@ -128,6 +124,19 @@ class BoundedMemorySaver(InMemorySaver):
     def thread_count(self) -> int:
         """Threads held now."""
         return len(self.storage)
+
+
+class _RecentThreads(LRUCache):
+    """Thread ids by recency (:class:`cachetools.LRUCache`); evicting one forgets its conversation."""
+
+    def __init__(self, maxsize: int, *, forget: Any) -> None:
+        super().__init__(maxsize=maxsize)
+        self._forget = forget
+
+    def popitem(self):
+        thread_id, value = super().popitem()
+        self._forget(thread_id)
+        return thread_id, value
 
 
 def scoped_thread_id(user: Optional[UserRecord], thread_id: str) -> str:

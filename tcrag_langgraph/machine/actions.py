@@ -19,11 +19,12 @@ Example:
 from __future__ import annotations
 
 import ast
-import difflib
 import json
 import re
 from dataclasses import dataclass
 from typing import Any, Iterable, Optional, Sequence
+
+from rapidfuzz import fuzz, process
 
 from .state import TOOL_OUTPUT_CLOSE, TOOL_OUTPUT_OPEN, TOOL_OUTPUT_QUOTE, Action, ParsedAction
 
@@ -67,6 +68,21 @@ _LINE_LABEL = re.compile(
 )
 _INLINE_LABEL = re.compile(r"(?<![\w])\**(?P<label>" + _ALT + r")\**[ \t]*(?P<sep>:)", re.IGNORECASE)
 _ACTION_ROLES = {a.value for a in Action if a is not Action.USER_QUERY}
+
+
+
+def nearest_name(word: str, names: Sequence[str], *, cutoff: float = 0.75) -> Optional[str]:
+    """The name in ``names`` nearest to a near-miss ``word`` (a model's misspelt tool or function
+    name), if its similarity (rapidfuzz's normalised Indel ratio) is at least ``cutoff``; else None.
+
+    Example:
+        >>> nearest_name("docrg", ["docrag", "kgrag", "websearch"])
+        'docrag'
+        >>> nearest_name("weather", ["docrag", "kgrag"]) is None
+        True
+    """
+    found = process.extractOne(word, list(names), scorer=fuzz.ratio, score_cutoff=cutoff * 100)
+    return found[0] if found else None
 
 
 def _key(label: str) -> str:
@@ -189,9 +205,9 @@ def _resolve_tool(raw: str, tool_names: Sequence[str]) -> tuple[Optional[str], s
             leftover = first_line[first_line.find(cand) + len(cand):]
             return name, leftover, repairs
     for cand in candidates:
-        close = difflib.get_close_matches(_norm_name(cand), list(by_norm), n=1, cutoff=0.75)
-        if close:
-            name = by_norm[close[0]]
+        close = nearest_name(_norm_name(cand), list(by_norm))
+        if close is not None:
+            name = by_norm[close]
             repairs.append(f"tool name {cand!r} matched to {name!r}")
             leftover = first_line[first_line.find(cand) + len(cand):]
             return name, leftover, repairs

@@ -31,6 +31,8 @@ from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Any, Callable, Hashable, Optional, Sequence
 
+from cachetools import LRUCache
+
 __all__ = [
     "CacheStats",
     "CacheLease",
@@ -210,7 +212,7 @@ class PrefixStateCache:
         if max_entries < 0:
             raise ValueError("max_entries must be >= 0")
         self.max_entries = max_entries
-        self._items: "OrderedDict[Hashable, Any]" = OrderedDict()
+        self._items: LRUCache[Hashable, Any] = LRUCache(maxsize=max(max_entries, 1))
         self._lock = threading.Lock()
         self.hits = 0
         self.misses = 0
@@ -233,9 +235,6 @@ class PrefixStateCache:
             return
         with self._lock:
             self._items[key] = value
-            self._items.move_to_end(key)
-            while len(self._items) > self.max_entries:
-                self._items.popitem(last=False)
 
     def clear(self) -> None:
         with self._lock:

@@ -9,9 +9,9 @@ import logging
 import re
 import threading
 import time
-from collections import OrderedDict
 from typing import Any, Awaitable, Callable, Mapping, Optional, Union
 
+from cachetools import LRUCache
 from langchain_core.messages import ToolMessage
 from langchain_core.runnables import RunnableConfig
 from langchain_core.tools import BaseTool
@@ -35,26 +35,20 @@ AsyncToolFunc = Callable[..., Awaitable[Union[str, ToolError]]]
 
 
 class _LRU:
-    """Tiny thread-safe LRU over an OrderedDict; only successful observations go in."""
+    """A thread-safe :class:`cachetools.LRUCache` of observations; only successful ones go in."""
 
     def __init__(self, size: int) -> None:
         self.size = size
-        self._data: OrderedDict[str, str] = OrderedDict()
+        self._data: LRUCache[str, str] = LRUCache(maxsize=size)
         self._lock = threading.Lock()
 
     def get(self, key: str) -> Optional[str]:
         with self._lock:
-            if key not in self._data:
-                return None
-            self._data.move_to_end(key)
-            return self._data[key]
+            return self._data.get(key)
 
     def put(self, key: str, value: str) -> None:
         with self._lock:
             self._data[key] = value
-            self._data.move_to_end(key)
-            while len(self._data) > self.size:
-                self._data.popitem(last=False)
 
     def __len__(self) -> int:
         return len(self._data)

@@ -4,10 +4,10 @@ format repairs recorded."""
 
 from __future__ import annotations
 
-import difflib
 import re
 from typing import Any, Mapping, Optional
 
+from ...machine.actions import nearest_name
 from .forms import DEDUCE_OPS, ContentItem, Function, LogicalForm, LogicalFormParseError, LogicalPlan
 from .text import _normalise, _split_top_level, _strip_think, _unquote
 
@@ -33,9 +33,9 @@ def _resolve_function(name: str, repairs: list[str]) -> Function:
         if name != resolved:
             repairs.append(f"function {name!r} read as {resolved}")
         return resolved
-    close = difflib.get_close_matches(key, list(_FUNCTION_WORDS), n=1, cutoff=0.75)
-    if close:
-        resolved = _FUNCTION_WORDS[close[0]]
+    close = nearest_name(key, list(_FUNCTION_WORDS))
+    if close is not None:
+        resolved = _FUNCTION_WORDS[close]
         repairs.append(f"function {name!r} matched to {resolved}")
         return resolved
     raise LogicalFormParseError(
