@@ -42,7 +42,7 @@ from langgraph.runtime import Runtime
 from langgraph.types import Command
 from pydantic import BaseModel, ConfigDict
 
-from ..models.local import LocalChatModel, resolve_chat_model
+from ..models.local import resolve_chat_model, takes_generation_settings
 from ..monitor.scoring import MonitorUnavailableError, scorer_for_model
 from ..tools.layer import invoke_tool, is_tool_error
 from ..tools.layer.outcome import content_text
@@ -159,7 +159,7 @@ class RunKernel:
         model keeps its own. ``stop`` is sent where the model accepts it (the parser still drops an
         invented observation where it does not)."""
         kwargs: dict[str, Any] = {}
-        if isinstance(self.model, LocalChatModel):
+        if takes_generation_settings(self.model):
             kwargs.update(max_new_tokens=cfg.max_new_tokens if max_new_tokens is None else max_new_tokens,
                           temperature=cfg.temperature if temperature is None else temperature)
         usage = dict(work.get("token_usage") or {"prompt": 0, "completion": 0})

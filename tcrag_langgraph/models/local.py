@@ -48,6 +48,7 @@ __all__ = [
     "default_model_source",
     "cache_dir",
     "DTYPES",
+    "takes_generation_settings",
 ]
 
 log = logging.getLogger(__name__)
@@ -458,6 +459,12 @@ def _cut_at_stop(text: str, stops: list[str]) -> str:
         if i != -1:
             cut = min(cut, i)
     return text[:cut]
+
+
+def takes_generation_settings(model: Any) -> bool:
+    """Whether ``model`` takes ``max_new_tokens`` and ``temperature`` per call (this package's local
+    models); a provider model keeps the settings it was built with."""
+    return isinstance(model, LocalChatModel)
 
 
 def _role(message: BaseMessage) -> str:
