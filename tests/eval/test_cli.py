@@ -159,7 +159,7 @@ def test_eval_gives_the_scorer_to_the_paper_methods_that_read_log_probs(app, dat
             "--scorer", f"{H}:yes_low_scorer", "--out", str(tmp_path / "o"), "--no-progress", "--limit", "1"]
     result = CliRunner().invoke(app, args)
     assert result.exit_code == 0, result.output
-    assert type(seen["scorer"]).__name__ == "TextScorer" and seen["extra"] == {}
+    assert type(seen["scorer"]).__name__ == "TextScorer" and seen["extra"] == {"options": None, "name": method}
 
 
 def test_diffrag_indexes_the_documents_the_docs_tool_would_give(monkeypatch):
@@ -206,7 +206,7 @@ def test_eval_method_options_are_validated_and_recorded_with_the_run(app, data, 
     out = tmp_path / "crp"
     args = [*common, "--method", "crp-rag", "--method-options", '{"crp-rag": {"fan_out": 1}}', "--out", str(out)]
     assert CliRunner().invoke(app, args).exit_code == 0
-    assert seen == {"options": {"fan_out": 1}}
+    assert seen == {"options": {"fan_out": 1}, "name": "crp-rag"}
     assert json.loads((out / "run.json").read_text())["method_options"] == {"crp-rag": {"fan_out": 1}}
     # other options are other settings for a resumed run, but not for joining the runs of other methods
     other = CliRunner().invoke(app, [*args[:-4], "--method-options", '{"crp-rag": {"fan_out": 2}}', "--out", str(out)])

@@ -118,7 +118,9 @@ def test_build_methods_shares_pieces_and_rejects_unknown():
     with pytest.raises(ValueError, match="unknown methods"):
         build_methods(["base", "self-rag"], model=model("x"))
     with pytest.raises(TypeError):
-        build_method("base", model="gpt")  # type: ignore[arg-type]
+        build_method("base", model=42)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="not a model folder"):  # a name is resolved like every builder's
+        build_method("base", model="gpt")
 
 
 def test_only_a_method_that_indexes_documents_gets_them_and_reads_them_whole(monkeypatch):
@@ -136,15 +138,15 @@ def test_only_a_method_that_indexes_documents_gets_them_and_reads_them_whole(mon
     monkeypatch.setattr(importlib.import_module("tcrag_langgraph.methods.crp_rag"), "build_crp_rag_graph", fake("crp"))
     docs = ["doc-a", "doc-b"]
     build_methods(["diffrag", "crp-rag"], model=model("Conclusion: yes"), documents=docs)
-    assert seen["diffrag"] == {"documents": docs, "options": {"max_passages": 5000}}
-    assert seen["crp"] == {}
+    assert seen["diffrag"] == {"documents": docs, "options": {"max_passages": 5000}, "name": "diffrag"}
+    assert seen["crp"] == {"options": None, "name": "crp-rag"}
     build_method("diffrag", model=model("Conclusion: yes"))
-    assert seen["diffrag"] == {}
+    assert seen["diffrag"] == {"options": None, "name": "diffrag"}
     # a method's own options reach its builder, beside the documents (the caller's values win)
     build_methods(["diffrag", "crp-rag"], model=model("Conclusion: yes"), documents=docs,
                   method_options={"crp-rag": {"fan_out": 1}, "diffrag": {"max_passages": 3}})
-    assert seen["crp"] == {"options": {"fan_out": 1}}
-    assert seen["diffrag"] == {"documents": docs, "options": {"max_passages": 3}}
+    assert seen["crp"] == {"options": {"fan_out": 1}, "name": "crp-rag"}
+    assert seen["diffrag"] == {"documents": docs, "options": {"max_passages": 3}, "name": "diffrag"}
 
 
 def test_method_options_are_refused_where_they_cannot_apply():

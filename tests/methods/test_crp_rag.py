@@ -518,7 +518,7 @@ def test_eval_method_registered_and_abstentions_count_as_wrong_with_coverage():
     from tcrag_langgraph.methods.registry import METHODS, build_method
     from tcrag_langgraph.eval.runner import run_evaluation, summarize, summary_markdown
 
-    assert METHODS["crp-rag"].kind == "graph"
+    assert METHODS["crp-rag"].takes_options
     # Two identical samples per question merge without a call; q2's node is insufficient.
     steps = [step("Yes, aspirin inhibits cyclooxygenase.", True)] * 2 + [step("Scurvy is unrelated to aspirin.", True)] * 2
     model = RoutedChatModel(steps=steps)

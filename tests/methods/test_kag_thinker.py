@@ -333,7 +333,7 @@ def test_the_plan_gets_its_own_token_budget():
 def test_registered_for_eval():
     from tcrag_langgraph.methods.registry import METHODS, build_method
 
-    assert METHODS["kag-thinker"].kind == "graph"
+    assert METHODS["kag-thinker"].takes_options
     graph = build_method("kag-thinker", model=sequence_model(MATH_PLAN), scorer=LogprobScorer({}))
     out = graph.invoke({"question": "6 x 7?"})
     assert out["answer"] == "42" and out["halt_reason"] == "answered"
