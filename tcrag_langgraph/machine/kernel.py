@@ -148,6 +148,7 @@ class RunKernel:
         """A node's working copy of the run's counters (advanced by :meth:`ask` and :meth:`call_tool`)."""
         usage = state.get("token_usage") or {}
         return {"llm_calls": state.get("llm_calls", 0), "tool_calls": state.get("tool_calls", 0),
+                "steps": state.get("steps", 0),
                 "token_usage": {"prompt": usage.get("prompt", 0), "completion": usage.get("completion", 0)}}
 
     def ask(self, work: dict[str, Any], messages: list[BaseMessage], cfg: TCRAGConfig, config: RunnableConfig, *,

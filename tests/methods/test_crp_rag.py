@@ -362,7 +362,7 @@ def test_abstains_when_no_sufficient_path():
     assert "no source-to-sink path" in out["error"] and out["paths"] == []
     assert out["path_score"] == 12.0 and out["state_history"][-1]["raw"] == 12.0
     assert not {"path_step", "integrate"} & set(model.kinds())
-    assert out["trace"][-1].op == "halt" and '"abstained"' in out["trace"][-1].detail
+    assert out["trace"][-1].op == "halt" and out["trace"][-1].detail.startswith("abstained: ")
     assert out["messages"][-1].response_metadata["halt_reason"] == "abstained"
 
 
@@ -401,10 +401,10 @@ def test_events_stream_live_in_trace_order():
     final = [c[1] for c in chunks if c[0] == "values"][-1]
     assert [(e["action"], e["op"]) for e in live] == ops(final["trace"])
     assert ops(final["trace"]) == [
-        ("Reasoning_Node", "push"), ("Reasoning_Node", "push"), ("Node_Knowledge", "push"), ("Node_Knowledge", "push"),
+        ("User_Query", "push"), ("Reasoning_Node", "push"), ("Reasoning_Node", "push"), ("Node_Knowledge", "push"), ("Node_Knowledge", "push"),
         ("Sufficiency", "noop"), ("Sufficiency", "noop"), ("Reasoning_Path", "push"), ("Path_Answer", "push"),
         ("Halt", "halt")]
-    assert '"parents": [0]' in final["trace"][1].detail
+    assert '"parents": [0]' in final["trace"][2].detail
     assert [e.step for e in final["trace"]] == sorted(e.step for e in final["trace"])
 
 
@@ -467,6 +467,8 @@ def test_bad_arguments_are_clear_errors():
     with pytest.raises(ValueError):
         build_crp_rag_graph(model=RoutedChatModel(), tools=[doc_tool(), doc_tool()], scorer=ScriptedScorer())
     with pytest.raises(TypeError):
+        build_crp_rag_graph(model=42, scorer=ScriptedScorer())
+    with pytest.raises(ValueError, match="not a model folder"):  # a name is resolved like every builder's
         build_crp_rag_graph(model="not a model", scorer=ScriptedScorer())
     with pytest.raises(TypeError):
         build_crp_rag_graph(model=RoutedChatModel(), tools=["DOC_RAG"], scorer=ScriptedScorer())

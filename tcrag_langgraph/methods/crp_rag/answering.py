@@ -27,7 +27,7 @@ class AnswerNodes(CRPRAGMachine):
     def select(self, state: CRPState, config: RunnableConfig, runtime: Runtime) -> Command[
         Literal["Answer", "__end__"]
     ]:
-        options, cfg = self.settings(config, runtime)
+        cfg, options = self.settings(config, runtime)
         counters = self.counters(state)
         events: list[TraceEvent] = []
         nodes = state["nodes"]
@@ -38,15 +38,15 @@ class AnswerNodes(CRPRAGMachine):
         extra = {"paths": paths, "path_score": best, "state_value": best, "state_history": history}
         if not paths:
             insufficient = [n["id"] for n in nodes if not n.get("sufficient")]
-            return self.halt(state, config, counters, events, reason="abstained",
+            return self.end(state, config, counters, events, reason="abstained",
                              error=f"no source-to-sink path of knowledge-sufficient nodes (threshold "
                                    f"{state['threshold']:g}; insufficient nodes {insufficient})", extra=extra)
         for path in paths:
             counters["steps"] += 1
-            self.record(config, events, step=counters["steps"], action="Reasoning_Path", op="push",
+            self.trace_event(config, events, step=counters["steps"], action="Reasoning_Path", op="push",
                         content=" -> ".join(node_by_id(nodes, i)["text"] for i in path), nodes=len(nodes),
                         value=max(node_by_id(nodes, i)["score"] for i in path), detail={"path": path})
-        return Command(goto="Answer", update={**extra, **self.totals(counters),
+        return Command(goto="Answer", update={**extra, **counters,
                                               "trace": [*state.get("trace", []), *events]})
 
     # ----- AG: answers along the paths, integrated -----
@@ -55,7 +55,7 @@ class AnswerNodes(CRPRAGMachine):
         events: list[TraceEvent] = []
         nodes = state["nodes"]
         question = state["question"]
-        _, cfg = self.settings(config, runtime)
+        cfg, _ = self.settings(config, runtime)
         fmt = cfg.answer_format
         rule = answer_format.instructions(fmt)
         rule_note = f" The line after 'Answer:' is your Conclusion. {rule}" if rule else ""
@@ -73,12 +73,11 @@ class AnswerNodes(CRPRAGMachine):
                                                      step=node["text"], knowledge=node["knowledge"],
                                                      last=LAST_STEP_NOTE + rule_note if last else "")
                     final_messages = [HumanMessage(content=prompt)]
-                    result = self.ask(counters, final_messages, config,
-                                      max_new_tokens=cfg.max_new_tokens, temperature=cfg.temperature)
+                    result = self.ask(counters, final_messages, cfg, config).strip()
                     conditions.append(f"{node['text']} {result}".strip())  # eq. 12: condition_n + result_n
                 answers.append(result)
                 counters["steps"] += 1
-                self.record(config, events, step=counters["steps"], action="Path_Answer", op="push",
+                self.trace_event(config, events, step=counters["steps"], action="Path_Answer", op="push",
                             content=result, nodes=len(nodes), detail={"path": path})
             if len(answers) == 1:
                 text = answers[0]
@@ -86,8 +85,7 @@ class AnswerNodes(CRPRAGMachine):
                 listing = "\n".join(f"{i}. {a}" for i, a in enumerate(answers, 1))
                 final_messages = [HumanMessage(content=PROMPT_INTEGRATE.format(question=question, answers=listing)
                                                + rule_note)]
-                text = self.ask(counters, final_messages, config, max_new_tokens=cfg.max_new_tokens,
-                                temperature=cfg.temperature)
+                text = self.ask(counters, final_messages, cfg, config).strip()
             final = answer_format.final_answer(text)
             structured, problem = answer_format.check(fmt, final)
             # Bounded: at most max_format_retries re-prompts when the answer does not fit the asked format.
@@ -95,20 +93,19 @@ class AnswerNodes(CRPRAGMachine):
                 retries += 1
                 final_messages = [*final_messages, AIMessage(content=text or "(empty)"),
                                   HumanMessage(content=f"Your answer could not be used: {problem}. {rule}")]
-                text = self.ask(counters, final_messages, config, max_new_tokens=cfg.max_new_tokens,
-                                temperature=cfg.temperature)
+                text = self.ask(counters, final_messages, cfg, config).strip()
                 final = answer_format.final_answer(text)
                 structured, problem = answer_format.check(fmt, final)
         except RunFailure as failure:
-            return self.halt(state, config, counters, events, reason=failure.reason, error=str(failure),
+            return self.end(state, config, counters, events, reason=failure.reason, error=str(failure),
                              extra={"path_answers": answers})
         extra = {"path_answers": answers, "format_retries": retries,
                  "structured_answer": structured if fmt is not None and problem is None else None}
         if not final:
-            return self.halt(state, config, counters, events, reason="format_error", error="the final answer is empty",
+            return self.end(state, config, counters, events, reason="format_error", error="the final answer is empty",
                              extra=extra)
         if problem is not None:
-            return self.halt(state, config, counters, events, reason="format_error", answer=final,
+            return self.end(state, config, counters, events, reason="format_error", answer=final,
                              error=f"no answer in the asked format after {retries} re-prompts: {problem}", extra=extra)
-        return self.halt(state, config, counters, events, reason="answered", answer=final, validated=True,
+        return self.end(state, config, counters, events, reason="answered", answer=final, validated=True,
                          extra=extra)

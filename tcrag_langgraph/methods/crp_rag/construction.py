@@ -12,7 +12,8 @@ from langgraph.runtime import Runtime
 from langgraph.types import Command
 
 from ...machine.config import TCRAGConfig
-from ...machine.run_input import extract_question, last_human_is
+from ...machine.kernel import fresh_run
+from ...machine.run_input import extract_question
 from ...machine.state import TraceEvent
 from .calibration import resolve_threshold
 from .dag import check_dag, known_conditions
@@ -30,36 +31,25 @@ class GraphConstruction(CRPRAGMachine):
 
     # ----- Start -----
     def start(self, state: CRPState, config: RunnableConfig, runtime: Runtime) -> Command[Literal["Expand", "__end__"]]:
-        base: dict[str, Any] = {
-            "nodes": [], "depth": 0, "paths": [], "path_answers": [], "path_score": None, "state_value": None,
-            "structured_answer": None, "format_retries": 0,
-            "state_history": [], "answer": None, "answer_validated": False, "halt_reason": None, "error": None,
-            "llm_calls": 0, "tool_calls": 0, "steps": 0, "trace": [], "token_usage": {"prompt": 0, "completion": 0},
-        }
-        counters = self.counters(base)
-        events: list[TraceEvent] = []
-        question, problem = extract_question(state, self.config)
+        base = fresh_run(nodes=[], depth=0, paths=[], path_answers=[], path_score=None, state_history=[])
+        _, problem = extract_question(state, self.base_config)
         try:
-            options, cfg = self.settings(config, runtime)
+            cfg, options = self.settings(config, runtime)
             threshold = resolve_threshold(options, self.model)
-            if problem is None:  # the run's own length limit
-                question, problem = extract_question(state, cfg)
         except Exception as exc:  # a bad per-run context or a missing calibration: say so, lose nothing
             problem = problem or f"bad CRP-RAG options: {exc}"
-            threshold = None
+            cfg, threshold = self.base_config, None
         if problem is not None:
-            return self.halt({**state, **base}, config, counters, events, reason="invalid_input", error=problem,
-                             extra={**base, "question": None})
-        update = {**base, "question": question, "threshold": threshold}
-        if not last_human_is(state, question):
-            update["messages"] = [HumanMessage(content=question)]
-        return Command(goto="Expand", update=update)
+            return self.halt({**state, **base}, config, reason="invalid_input", answer=None, validated=False,
+                             error=problem, extra={**base, "question": None})
+        # the question checked again against the run's own length limit
+        return self.begin(state, config, cfg, goto="Expand", fresh={**base, "threshold": threshold})
 
     # ----- GC: one construction iteration -----
     def expand(self, state: CRPState, config: RunnableConfig, runtime: Runtime) -> Command[
         Literal["Expand", "Retrieve", "__end__"]
     ]:
-        options, cfg = self.settings(config, runtime)
+        cfg, options = self.settings(config, runtime)
         counters = self.counters(state)
         events: list[TraceEvent] = []
         question = state["question"]
@@ -77,7 +67,7 @@ class GraphConstruction(CRPRAGMachine):
                 for _ in range(options.fan_out):
                     if len(samples) >= room:
                         break
-                    parsed = self.sample_step(question, conditions, options, config, counters, events, len(nodes))
+                    parsed = self.sample_step(question, conditions, options, cfg, config, counters, events, len(nodes))
                     if parsed is not None:
                         samples.append((None if sink is None else sink["id"], parsed))
                 if sink is not None:
@@ -85,36 +75,37 @@ class GraphConstruction(CRPRAGMachine):
             new_nodes = self.merge(question, samples, options, cfg, config, counters, events,
                                    start_id=len(nodes), depth=depth)
         except RunFailure as failure:
-            return self.halt(state, config, counters, events, reason=failure.reason, error=str(failure),
+            return self.end(state, config, counters, events, reason=failure.reason, error=str(failure),
                              extra={"nodes": nodes, "depth": depth})
         for node in new_nodes:
             nodes.append(node)
             counters["steps"] += 1
-            self.record(config, events, step=counters["steps"], action="Reasoning_Node", op="push",
+            self.trace_event(config, events, step=counters["steps"], action="Reasoning_Node", op="push",
                         content=node["text"], nodes=len(nodes),
                         detail={"id": node["id"], "parents": node["parents"], "depth": depth, "final": node["final"]})
         check_dag(nodes)
-        update = {"nodes": nodes, "depth": depth, **self.totals(counters), "trace": [*state.get("trace", []), *events]}
+        update = {"nodes": nodes, "depth": depth, **counters, "trace": [*state.get("trace", []), *events]}
         if not nodes:
-            return self.halt(state, config, counters, events, reason="format_error",
+            return self.end(state, config, counters, events, reason="format_error",
                              error="no usable reasoning step was generated", extra={"nodes": nodes, "depth": depth})
         open_sinks = [n for n in nodes if not n["final"] and not n["expanded"]]
         if open_sinks and depth < options.max_depth and len(nodes) < options.max_nodes:
             return Command(goto="Expand", update=update)
         return Command(goto="Retrieve", update=update)
 
-    def sample_step(self, question: str, conditions: str, options: CRPRAGOptions, config: RunnableConfig,
+    def sample_step(self, question: str, conditions: str, options: CRPRAGOptions, cfg: TCRAGConfig,
+                    config: RunnableConfig,
                     counters: dict[str, Any], events: list[TraceEvent], n_nodes: int) -> Optional[ParsedStep]:
         """One sampled next step (eq. 4), re-prompted on an unusable reply; ``None`` if none came."""
         messages: list[BaseMessage] = [HumanMessage(content=PROMPT_GENERATE.format(question=question,
                                                                                    conditions=conditions))]
         for attempt in range(options.max_step_retries + 1):
-            text = self.ask(counters, messages, config, max_new_tokens=options.max_step_tokens,
-                            temperature=options.sampling_temperature)
+            text = self.ask(counters, messages, cfg, config, max_new_tokens=options.max_step_tokens,
+                            temperature=options.sampling_temperature).strip()
             try:
                 return parse_step(text)
             except StepParseError as err:
-                self.record(config, events, step=counters["steps"], action="Format_Error", op="format_error",
+                self.trace_event(config, events, step=counters["steps"], action="Format_Error", op="format_error",
                             content=text[:500], nodes=n_nodes, detail={"error": str(err), "attempt": attempt + 1})
                 messages = [*messages, AIMessage(content=text or "(empty)"),
                             HumanMessage(content=f"Your reply could not be used: {err}.\n{STEP_FORMAT_HELP}")]
@@ -151,8 +142,8 @@ class GraphConstruction(CRPRAGMachine):
             repair = None
             if _normal(parsed.text) != _normal(before):
                 merged = self.ask(counters, [HumanMessage(content=PROMPT_MERGE.format(
-                    question=question, paragraphs=f"1. {before}\n2. {parsed.text}"))], config,
-                    max_new_tokens=options.max_step_tokens, temperature=cfg.temperature)
+                    question=question, paragraphs=f"1. {before}\n2. {parsed.text}"))], cfg, config,
+                    max_new_tokens=options.max_step_tokens, temperature=cfg.temperature).strip()
                 merged_text = merged_step(merged)
                 if merged_text is None:  # no labelled step (e.g. only a preamble): keep the first step
                     repair = "no 'Next step:' line in the merge reply: kept the first step"
@@ -163,7 +154,7 @@ class GraphConstruction(CRPRAGMachine):
             if parent is not None and parent not in group["parents"]:
                 group["parents"].append(parent)
             group["members"].append(parsed.text)
-            self.record(config, events, step=counters["steps"], action="Merge_Nodes", op="pop+push",
+            self.trace_event(config, events, step=counters["steps"], action="Merge_Nodes", op="pop+push",
                         content=group["text"], nodes=start_id + len(groups), value=best_sim,
                         detail={"merged": [before, parsed.text], "similarity": round(best_sim, 4),
                                 "parents": group["parents"], "repair": repair})

@@ -10,7 +10,8 @@ from langchain_core.tools import BaseTool
 from langgraph.graph import START, StateGraph
 
 from ...machine.config import TCRAGConfig
-from ...monitor.scoring import StateScorer, scorer_for_model
+from ...machine.kernel import build_arguments, default_scorer
+from ...monitor.scoring import StateScorer
 from .answering import AnswerNodes
 from .construction import GraphConstruction
 from .knowledge import KnowledgeNodes
@@ -28,19 +29,22 @@ class _CRPRAG(GraphConstruction, KnowledgeNodes, AnswerNodes):
 
 def build_crp_rag_graph(
     *,
-    model: BaseChatModel,
-    tools: Sequence[BaseTool] = (),
+    model: BaseChatModel | str | None = None,
+    tools: Optional[Sequence[BaseTool]] = None,
     scorer: Optional[StateScorer | Callable[..., float]] = None,
-    config: Optional[TCRAGConfig] = None,
+    config: Optional[TCRAGConfig | Mapping[str, Any]] = None,
     options: Optional[CRPRAGOptions | Mapping[str, Any]] = None,
-    embeddings: Any = None,
     checkpointer: Any = None,
+    store: Any = None,
     name: str = "crp-rag",
+    trust_client_identity: bool = False,
+    embeddings: Any = None,
 ):
     """Build and compile the CRP-RAG graph.
 
     Args:
-        model: any LangChain chat model (generator of steps, merges, knowledge, reasoning, answers).
+        model: a LangChain chat model, a local path / ``.gguf`` or ``"provider:model"`` name; None:
+            the packaged default (generator of steps, merges, knowledge, reasoning, answers).
         tools: LangChain tools; each node's text is searched with every one (names must be unique).
         scorer: the perplexity scorer for knowledge sufficiency (``score(context, text, *, metric)``);
             ``None`` scores with the generator's own weights (:func:`~tcrag_langgraph.monitor.scoring.scorer_for_model`),
@@ -49,38 +53,27 @@ def build_crp_rag_graph(
         config: the shared :class:`TCRAGConfig` (``max_new_tokens``, ``temperature``, tool timeout and
             observation budget, question length limit, ``caller``).
         options: :class:`CRPRAGOptions` (or a dict of its fields); per run: ``context=``.
+        checkpointer, store: LangGraph's; the state holds only plain dicts, lists and TraceEvents, so
+            ``serde=tcrag_langgraph.checkpoint_serde()`` restores it.
+        name: the compiled graph's name.
+        trust_client_identity: let a run's context set ``caller`` (see :func:`tcrag_langgraph.build_graph`).
         embeddings: the embedder for node merging (default: the packaged MiniLM).
-        checkpointer: a LangGraph checkpointer; the state holds only plain dicts, lists and
-            TraceEvents, so ``serde=tcrag_langgraph.faces.integration.checkpoint_serde()`` restores it.
 
     Returns:
         A compiled graph: ``invoke({"question": ...})`` or ``invoke({"messages": [...]})``.
     """
-    if not isinstance(model, BaseChatModel):
-        raise TypeError(f"model must be a LangChain chat model, got {type(model).__name__}")
-    cfg = config if isinstance(config, TCRAGConfig) else TCRAGConfig.model_validate(config or {})
-    opts = options if isinstance(options, CRPRAGOptions) else CRPRAGOptions.model_validate(dict(options or {}))
-    tools = list(tools)
-    for tool in tools:
-        if not isinstance(tool, BaseTool):
-            raise TypeError(f"tools must be LangChain BaseTool instances, got {type(tool).__name__}")
-    if len({tool.name for tool in tools}) != len(tools):
-        raise ValueError("tool names must be unique")
-    if scorer is None:
-        scorer = scorer_for_model(model)
-    elif not (hasattr(scorer, "score") or callable(scorer)):
-        raise TypeError("scorer must have score(query, text, *, metric) or be callable")
+    args = build_arguments(model=model, tools=tools, scorer=scorer, config=config, options=options, name=name,
+                           trust_client_identity=trust_client_identity, options_type=CRPRAGOptions, method="CRP-RAG")
+    scorer = default_scorer(args.model, args.scorer, needed=True)
     if embeddings is None:
         from ...tools.documents import default_embeddings
 
         embeddings = default_embeddings()
-    machine = _CRPRAG(model, tools, scorer, embeddings, cfg, opts)
-    builder = StateGraph(CRPState)  # context: CRPRAGOptions, TCRAGConfig or a mapping (see settings)
-    builder.add_node("Start", machine.start)
-    builder.add_node("Expand", machine.expand)
-    builder.add_node("Retrieve", machine.retrieve)
-    builder.add_node("Evaluate", machine.evaluate)
-    builder.add_node("Select", machine.select)
-    builder.add_node("Answer", machine.answer)
+    machine = _CRPRAG(args.model, args.tools, scorer, embeddings, args.config, args.options,
+                      trust_client_identity=trust_client_identity)
+    builder = StateGraph(CRPState)  # context: CRPRAGOptions, TCRAGConfig or a mapping of their fields
+    for node_name, node in (("Start", machine.start), ("Expand", machine.expand), ("Retrieve", machine.retrieve),
+                            ("Evaluate", machine.evaluate), ("Select", machine.select), ("Answer", machine.answer)):
+        builder.add_node(node_name, machine.node(node))
     builder.add_edge(START, "Start")
-    return builder.compile(checkpointer=checkpointer, name=name)
+    return builder.compile(checkpointer=checkpointer, store=store, name=args.name)

@@ -10,11 +10,7 @@ from langchain_core.runnables import RunnableConfig
 from langgraph.runtime import Runtime
 from langgraph.types import Command
 
-from ...machine.identity import caller_for_run
-from ...machine.config import CALLER_KEY
-from ...machine.run_input import child_config
 from ...machine.state import TraceEvent
-from ...tools.layer import invoke_tool, is_tool_error
 from .machine import CRPRAGMachine, RunFailure
 from .prompts import PROMPT_AGGREGATE, PROMPT_REASON
 from .state import CRPState
@@ -29,25 +25,20 @@ class KnowledgeNodes(CRPRAGMachine):
     def retrieve(self, state: CRPState, config: RunnableConfig, runtime: Runtime) -> Command[
         Literal["Evaluate", "__end__"]
     ]:
-        options, cfg = self.settings(config, runtime)
+        cfg, options = self.settings(config, runtime)
         counters = self.counters(state)
         events: list[TraceEvent] = []
         nodes = [dict(n) for n in state["nodes"]]
-        child = child_config(config)
-        # The authenticated server user, else the trusted config's caller; never the client's words.
-        child["configurable"] = {**child.get("configurable", {}), CALLER_KEY: caller_for_run(config, base=cfg.caller)}
         try:
             for node in nodes:
                 results: list[tuple[str, str]] = []
                 failures: list[str] = []
-                for tool in self.tools:
-                    outcome = invoke_tool(tool, node["text"], config=child, timeout_s=cfg.tool_timeout_s,
-                                          max_output_tokens=cfg.max_observation_tokens)
-                    counters["tool_calls"] += 1
-                    if is_tool_error(outcome):
-                        failures.append(f"{tool.name}: {outcome.kind}")
-                    elif outcome.strip():
-                        results.append((tool.name, outcome.strip()))
+                for tool in self.tools.values():
+                    record = self.call_tool(counters, tool, node["text"], cfg, config)
+                    if record.is_error:
+                        failures.append(f"{tool.name}: {record.error_kind}")
+                    elif record.observation.strip():
+                        results.append((tool.name, record.observation.strip()))
                 node["evidence"] = [name for name, _ in results]
                 listing = "\n".join(f"[{i}] ({name}) {text}" for i, (name, text) in enumerate(results, 1))
                 if not results:
@@ -55,17 +46,17 @@ class KnowledgeNodes(CRPRAGMachine):
                 elif options.aggregate_knowledge:
                     node["knowledge"] = self.ask(
                         counters, [HumanMessage(content=PROMPT_AGGREGATE.format(step=node["text"], results=listing))],
-                        config, max_new_tokens=cfg.max_new_tokens, temperature=cfg.temperature)
+                        cfg, config).strip()
                 else:
                     node["knowledge"] = listing
                 counters["steps"] += 1
-                self.record(config, events, step=counters["steps"], action="Node_Knowledge", op="push",
+                self.trace_event(config, events, step=counters["steps"], action="Node_Knowledge", op="push",
                             content=node["knowledge"], nodes=len(nodes),
                             detail={"id": node["id"], "tools": node["evidence"], "tool_errors": failures})
         except RunFailure as failure:
-            return self.halt(state, config, counters, events, reason=failure.reason, error=str(failure),
+            return self.end(state, config, counters, events, reason=failure.reason, error=str(failure),
                              extra={"nodes": nodes})
-        return Command(goto="Evaluate", update={"nodes": nodes, **self.totals(counters),
+        return Command(goto="Evaluate", update={"nodes": nodes, **counters,
                                                 "trace": [*state.get("trace", []), *events]})
 
     # ----- AG: knowledge sufficiency -----
@@ -76,30 +67,29 @@ class KnowledgeNodes(CRPRAGMachine):
         events: list[TraceEvent] = []
         nodes = [dict(n) for n in state["nodes"]]
         threshold = state["threshold"]
-        _, cfg = self.settings(config, runtime)
+        cfg, _ = self.settings(config, runtime)
         try:
             for node in nodes:
                 counters["steps"] += 1
                 if not node["knowledge"]:  # nothing retrieved: no knowledge can be sufficient
                     node.update(reasoning=None, score=None, sufficient=False)
-                    self.record(config, events, step=counters["steps"], action="Sufficiency", op="reject",
+                    self.trace_event(config, events, step=counters["steps"], action="Sufficiency", op="reject",
                                 content=node["text"], nodes=len(nodes),
                                 detail={"id": node["id"], "sufficient": False, "why": "no evidence retrieved"})
                     continue
                 prompt = PROMPT_REASON.format(step=node["text"], knowledge=node["knowledge"])
-                reasoning = self.ask(counters, [HumanMessage(content=prompt)], config,
-                                     max_new_tokens=cfg.max_new_tokens, temperature=cfg.temperature)
+                reasoning = self.ask(counters, [HumanMessage(content=prompt)], cfg, config).strip()
                 if not reasoning:
                     score, why = None, "empty reasoning"
                 else:
-                    score, why = self.score(prompt, reasoning), None
+                    score, why = self.score(prompt, reasoning, metric="cppl"), None
                 sufficient = score is not None and score < threshold
                 node.update(reasoning=reasoning, score=score, sufficient=sufficient)
-                self.record(config, events, step=counters["steps"], action="Sufficiency",
+                self.trace_event(config, events, step=counters["steps"], action="Sufficiency",
                             op="noop" if sufficient else "reject", content=reasoning, nodes=len(nodes), value=score,
                             detail={"id": node["id"], "sufficient": sufficient, "threshold": threshold, "why": why})
         except RunFailure as failure:
-            return self.halt(state, config, counters, events, reason=failure.reason, error=str(failure),
+            return self.end(state, config, counters, events, reason=failure.reason, error=str(failure),
                              extra={"nodes": nodes})
-        return Command(goto="Select", update={"nodes": nodes, **self.totals(counters),
+        return Command(goto="Select", update={"nodes": nodes, **counters,
                                               "trace": [*state.get("trace", []), *events]})

@@ -3,14 +3,16 @@
 from __future__ import annotations
 
 import math
-from typing import Annotated, Any, Literal, Mapping, Union
+from typing import Annotated, Any, Literal, Union
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import Field, field_validator
+
+from ...machine.kernel import MethodOptions
 
 __all__ = ["CRPRAGOptions"]
 
 
-class CRPRAGOptions(BaseModel):
+class CRPRAGOptions(MethodOptions):
     """CRP-RAG's own bounds and thresholds (the shared generation settings stay in :class:`TCRAGConfig`).
 
     Every field can be overridden per run: ``graph.invoke(..., context=...)`` takes a CRPRAGOptions, a
@@ -22,8 +24,6 @@ class CRPRAGOptions(BaseModel):
         >>> CRPRAGOptions(sufficiency_threshold="auto").sufficiency_threshold
         'auto'
     """
-
-    model_config = ConfigDict(extra="forbid", validate_assignment=True)
 
     fan_out: int = Field(default=2, ge=1, le=8, description="Sampled next steps per sink and iteration.")
     max_depth: int = Field(default=3, ge=1, le=8, description="Graph-construction iterations (longest path).")
@@ -51,15 +51,3 @@ class CRPRAGOptions(BaseModel):
         if isinstance(value, (int, float)) and not math.isfinite(value):
             raise ValueError("sufficiency_threshold must be finite")
         return value
-
-    def merged(self, overrides: "CRPRAGOptions | Mapping[str, Any] | None") -> "CRPRAGOptions":
-        """A copy with the explicitly set fields of ``overrides`` applied (unknown keys are an error)."""
-        if overrides is None:
-            return self
-        if isinstance(overrides, CRPRAGOptions):
-            values = {name: getattr(overrides, name) for name in overrides.model_fields_set}
-        elif isinstance(overrides, Mapping):
-            values = dict(overrides)
-        else:
-            raise TypeError(f"CRP-RAG context must be CRPRAGOptions or a mapping, not {type(overrides).__name__}")
-        return type(self).model_validate({**self.model_dump(), **values}) if values else self
