@@ -281,9 +281,10 @@ def test_model_failure_halts_with_the_reason():
     assert out["halt_reason"] == "model_error" and "ScriptExhausted" in out["error"]
 
 
-def test_bad_arguments_are_plain_value_errors():
+def test_bad_arguments_are_clear_errors():
+    """TypeError for a wrong type, ValueError for a bad value (the same rule for every builder)."""
     model = sequence_model(MATH_PLAN)
-    with pytest.raises(ValueError, match="BaseTool"):
+    with pytest.raises(TypeError, match="BaseTool"):
         build_kag_thinker_graph(model=model, tools=["DOC"], options={"knowledge_boundary": False})
     tool = recording_tool("DOC", "x", [])
     with pytest.raises(ValueError, match="unique"):
@@ -297,7 +298,7 @@ def test_bad_arguments_are_plain_value_errors():
         KAGThinkerOptions(max_depth_turns=0)
     with pytest.raises(ValueError):
         KAGThinkerOptions(unknown=1)
-    with pytest.raises(ValueError, match="model must be"):
+    with pytest.raises(TypeError, match="model must be"):
         build_kag_thinker_graph(model=3, options={"knowledge_boundary": False})
     graph = build_kag_thinker_graph(model=model, options={"knowledge_boundary": False})
     with pytest.raises(ValueError):

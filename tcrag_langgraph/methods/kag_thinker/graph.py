@@ -10,7 +10,7 @@ from langchain_core.tools import BaseTool
 from langgraph.graph import START, StateGraph
 
 from ...machine.config import TCRAGConfig
-from ...monitor.scoring import MonitorUnavailableError, scorer_for_model
+from ...machine.kernel import build_arguments, default_scorer
 from .nodes import _Solver
 from .options import _MAX_FORMS_CAP, _MAX_TURNS_CAP, KAGThinkerOptions
 from .state import KAGThinkerState
@@ -26,6 +26,7 @@ def build_kag_thinker_graph(
     config: Optional[TCRAGConfig | dict[str, Any]] = None,
     options: Optional[KAGThinkerOptions | dict[str, Any]] = None,
     checkpointer: Any = None,
+    store: Any = None,
     name: str = "kag-thinker",
     trust_client_identity: bool = False,
 ):
@@ -41,54 +42,35 @@ def build_kag_thinker_graph(
             trusted log-probs: then pass a scorer or ``options={"knowledge_boundary": False}``).
         config: :class:`~tcrag_langgraph.TCRAGConfig` (generation and tool limits, format retries).
         options: :class:`KAGThinkerOptions` (decomposition, depth and boundary settings).
-        checkpointer: any LangGraph checkpointer; give it ``serde=tcrag_langgraph.faces.integration.checkpoint_serde()``.
+        checkpointer, store: LangGraph's; give the checkpointer ``serde=tcrag_langgraph.checkpoint_serde()``.
+        name: the compiled graph's name.
         trust_client_identity: let a run's context set ``caller`` (see :func:`tcrag_langgraph.build_graph`).
 
     Returns:
         A compiled graph: ``invoke({"question": ...})``; per-run overrides of either options model
         through ``context=``. Its recursion limit covers the largest plan the option bounds allow.
     """
-    cfg = config if isinstance(config, TCRAGConfig) else TCRAGConfig.model_validate(config or {})
-    opts = options if isinstance(options, KAGThinkerOptions) else KAGThinkerOptions.model_validate(options or {})
-    tools = list(tools or [])
-    for tool in tools:
-        if not isinstance(tool, BaseTool):
-            raise ValueError(f"tools must be LangChain BaseTool instances, got {type(tool).__name__}")
-    if len({t.name for t in tools}) != len(tools):
-        raise ValueError("tool names must be unique")
-    unknown = [n for n in (opts.retrieval_tools or ()) if n not in {t.name for t in tools}]
+    args = build_arguments(model=model, tools=tools, scorer=scorer, config=config, options=options, name=name,
+                           trust_client_identity=trust_client_identity, options_type=KAGThinkerOptions,
+                           method="KAG-Thinker")
+    opts = args.options
+    unknown = [n for n in (opts.retrieval_tools or ()) if n not in {t.name for t in args.tools}]
     if unknown:
         raise ValueError(f"retrieval_tools names tools not given: {unknown}")
-    if not (model is None or isinstance(model, (BaseChatModel, str))):
-        raise ValueError(f"model must be a LangChain chat model, a path or a 'provider:model' name, "
-                         f"got {type(model).__name__}")
-    if not isinstance(model, BaseChatModel):
-        from ...models.local import resolve_chat_model
-
-        model = resolve_chat_model(model, max_new_tokens=cfg.max_new_tokens, temperature=cfg.temperature)
-    if opts.knowledge_boundary:
-        if scorer is None:
-            try:
-                scorer = scorer_for_model(model)
-            except MonitorUnavailableError as err:
-                raise MonitorUnavailableError(
-                    f"{err} For KAG-Thinker the scorer is the likelihood test of the knowledge boundary: pass "
-                    "scorer=, or build with options={'knowledge_boundary': False} (every Retrieval step "
-                    "then retrieves).") from None
-        if not callable(getattr(scorer, "token_logprobs", None)):
-            raise ValueError(f"the likelihood test needs a scorer with token_logprobs(context, text); "
-                             f"{type(scorer).__name__} has none (or build with knowledge_boundary=False)")
-    solver = _Solver(model, tools, scorer, cfg, opts, trust_client_identity=trust_client_identity)
+    scorer = default_scorer(args.model, args.scorer, needed=opts.knowledge_boundary, why=(
+        "For KAG-Thinker the scorer is the likelihood test of the knowledge boundary: pass scorer=, or build "
+        "with options={'knowledge_boundary': False} (every Retrieval step then retrieves)."))
+    if opts.knowledge_boundary and not callable(getattr(scorer, "token_logprobs", None)):
+        raise ValueError(f"the likelihood test needs a scorer with token_logprobs(context, text); "
+                         f"{type(scorer).__name__} has none (or build with knowledge_boundary=False)")
+    solver = _Solver(args.model, args.tools, scorer, args.config, opts, trust_client_identity=trust_client_identity)
     builder = StateGraph(KAGThinkerState)
-    builder.add_node("Start", solver.start)
-    builder.add_node("Decompose", solver.guarded(solver.decompose))
-    builder.add_node("Retrieval", solver.guarded(solver.retrieval))
-    builder.add_node("Depth_Solve", solver.guarded(solver.depth_solve))
-    builder.add_node("Math", solver.guarded(solver.math))
-    builder.add_node("Deduce", solver.guarded(solver.deduce))
-    builder.add_node("Output", solver.output)
+    for node_name, node in (("Start", solver.start), ("Decompose", solver.decompose), ("Retrieval", solver.retrieval),
+                            ("Depth_Solve", solver.depth_solve), ("Math", solver.math), ("Deduce", solver.deduce),
+                            ("Output", solver.output)):
+        builder.add_node(node_name, solver.node(node))
     builder.add_edge(START, "Start")
-    graph = builder.compile(checkpointer=checkpointer, name=name)
+    graph = builder.compile(checkpointer=checkpointer, store=store, name=args.name)
     # Worst case: Start, Decompose, and per form its node plus every depth turn (a caller's own
     # recursion_limit still wins).
     return graph.with_config(recursion_limit=2 + _MAX_FORMS_CAP * (1 + _MAX_TURNS_CAP) + 1)

@@ -13,7 +13,6 @@ from langgraph.types import Command
 
 from ...machine import answer_format
 from ...machine.config import TCRAGConfig
-from ...machine.run_input import extract_question, last_human_is
 from .arithmetic import ArithmeticRefused, _expression_side, _format_number, evaluate_arithmetic
 from .forms import LogicalForm, LogicalFormParseError
 from .parsing import parse_logical_forms
@@ -21,7 +20,7 @@ from .prompts import (DECOMPOSE_EXAMPLE_QUESTION, DECOMPOSE_EXAMPLE_REPLY, DECOM
                       MATH_PROMPT, OUTPUT_PROMPT)
 from .replies import _parse_deduction
 from .retrieval import _RetrievalNodes
-from .solver import _Fault
+from ...machine.kernel import RunFailure, fresh_run
 from .state import KAGThinkerState
 from .text import _normalise, _tagged
 
@@ -34,19 +33,8 @@ class _Solver(_RetrievalNodes):
         Literal["Decompose", "__end__"]
     ]:
         cfg, _ = self.settings(config, runtime)
-        base = {"forms": [], "cursor": 0, "solutions": [], "depth": None, "steps": 0, "llm_calls": 0,
-                "tool_calls": 0, "token_usage": {"prompt": 0, "completion": 0}, "trace": [], "answer": None,
-                "structured_answer": None,
-                "answer_validated": False, "halt_reason": None, "error": None}
-        question, problem = extract_question(state, cfg)
-        if problem is not None:
-            return self.halt({**state, **base}, config, reason="invalid_input", answer=None, validated=False,
-                             error=problem, extra={**base, "question": None})
-        update = {**base, "question": question}
-        update["trace"] = self.event(update, config, action="User_Query", content=question)
-        if not last_human_is(state, question):
-            update["messages"] = [HumanMessage(content=question)]
-        return Command(goto="Decompose", update=update)
+        return self.begin(state, config, cfg, goto="Decompose",
+                          fresh=fresh_run(forms=[], cursor=0, solutions=[], depth=None))
 
     def decompose(self, state: KAGThinkerState, config: RunnableConfig, runtime: Runtime,
                   work: dict[str, Any]) -> Command[Literal["Retrieval", "Math", "Deduce", "Output", "__end__"]]:
@@ -139,7 +127,7 @@ class _Solver(_RetrievalNodes):
             if problem is not None:
                 try:
                     answer, structured = self.formatted(work, state, form, answers, answer, fmt, cfg, config)
-                except _Fault as fault:
+                except RunFailure as fault:
                     reason, error = fault.reason, str(fault)
         work["trace"] = self.event({**state, **work}, config, action="Output", content=answer or "",
                                    detail={"step": form.index, "outputs": form.references, "unresolved": unresolved})

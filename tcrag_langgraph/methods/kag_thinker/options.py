@@ -1,19 +1,19 @@
-"""KAG-Thinker's options (:class:`KAGThinkerOptions`) and how a run's overrides split between them
-and :class:`~tcrag_langgraph.TCRAGConfig`."""
+"""KAG-Thinker's options (:class:`KAGThinkerOptions`); a run's overrides split between them and
+:class:`~tcrag_langgraph.TCRAGConfig` in the run kernel's settings."""
 
 from __future__ import annotations
 
-from typing import Any, Mapping, Optional
+from typing import Optional
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
-from ...machine.config import TCRAGConfig
+from ...machine.kernel import MethodOptions
 
 _MAX_FORMS_CAP = 16
 _MAX_TURNS_CAP = 8
 
 
-class KAGThinkerOptions(BaseModel):
+class KAGThinkerOptions(MethodOptions):
     """KAG-Thinker's own bounds and switches (generation and tool limits come from
     :class:`~tcrag_langgraph.TCRAGConfig`: ``max_new_tokens``, ``temperature``,
     ``max_format_retries``, ``max_observation_tokens``, ``tool_timeout_s``, ``max_question_chars``).
@@ -24,8 +24,6 @@ class KAGThinkerOptions(BaseModel):
         >>> KAGThinkerOptions(max_depth_turns=2).min_token_prob
         0.3
     """
-
-    model_config = ConfigDict(extra="forbid", validate_assignment=True)
 
     max_logical_forms: int = Field(default=6, ge=1, le=_MAX_FORMS_CAP,
                                    description="Logical forms one decomposition may hold (Output included).")
@@ -43,23 +41,3 @@ class KAGThinkerOptions(BaseModel):
                                   "probability is at least this (not calibrated for any model yet).")
     retrieval_tools: Optional[tuple[str, ...]] = Field(
         default=None, description="Names of the tools a depth turn calls (None: every tool of the graph).")
-
-    def merged(self, values: Mapping[str, Any]) -> "KAGThinkerOptions":
-        """A copy with ``values`` (fields of this model only) applied."""
-        return self if not values else type(self).model_validate({**self.model_dump(), **values})
-
-
-def _split_overrides(layer: Any) -> tuple[dict[str, Any], dict[str, Any]]:
-    """``(TCRAGConfig fields, KAGThinkerOptions fields)`` set by one override layer."""
-    if layer is None:
-        return {}, {}
-    if isinstance(layer, KAGThinkerOptions):
-        return {}, {k: getattr(layer, k) for k in layer.model_fields_set}
-    if isinstance(layer, TCRAGConfig):
-        return {k: getattr(layer, k) for k in layer.model_fields_set}, {}
-    if not isinstance(layer, Mapping):
-        raise ValueError(f"context must be a mapping, TCRAGConfig or KAGThinkerOptions, not {type(layer).__name__}")
-    values = dict(layer)
-    ours = {k: v for k, v in values.items() if k in KAGThinkerOptions.model_fields}
-    base = {k: v for k, v in values.items() if k in TCRAGConfig.model_fields}
-    return base, ours

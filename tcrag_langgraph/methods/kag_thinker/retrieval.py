@@ -12,15 +12,13 @@ from langchain_core.runnables import RunnableConfig
 from langgraph.runtime import Runtime
 from langgraph.types import Command
 
-from ...machine.identity import caller_for_run
-from ...machine.config import CALLER_KEY, TCRAGConfig
-from ...machine.run_input import child_config
-from ...tools.layer import invoke_tool, is_tool_error
+from ...machine.config import TCRAGConfig
+from ...machine.kernel import RunFailure
 from .forms import LogicalForm
 from .options import KAGThinkerOptions
 from .prompts import BOUNDARY_PROMPT, CONFIDENCE_PROMPT, FOCUS_PROMPT
 from .replies import FocusResult, parse_boundary_answer, parse_confidence, parse_focus
-from .solver import _Fault, _SolverCore
+from .solver import _SolverCore
 from .state import KAGThinkerState
 
 
@@ -40,7 +38,7 @@ class _RetrievalNodes(_SolverCore):
             work.update(depth=depth)
             return Command(goto="Depth_Solve", update=work)
         if self.scorer is None or not hasattr(self.scorer, "token_logprobs"):
-            raise _Fault("scorer_error", "knowledge_boundary is on for this run, but the graph has no scorer with "
+            raise RunFailure("scorer_error", "knowledge_boundary is on for this run, but the graph has no scorer with "
                          "token_logprobs (build it with one, or run with knowledge_boundary=False)")
         prompt = BOUNDARY_PROMPT.format(question=question)
         generated = parse_boundary_answer(self.ask(work, [HumanMessage(content=prompt)], cfg, config))
@@ -52,7 +50,7 @@ class _RetrievalNodes(_SolverCore):
                 work, [HumanMessage(content=CONFIDENCE_PROMPT.format(question=question, answer=generated))], cfg, config))
             confident = verdict is True
             try:
-                logprobs = list(self.scorer.token_logprobs(prompt, generated))
+                logprobs = self.token_logprobs(prompt, generated)
                 min_prob = math.exp(min(logprobs)) if logprobs else 0.0
                 likely = min_prob >= options.min_token_prob
                 check["min_token_prob"] = round(min_prob, 6)
@@ -76,8 +74,7 @@ class _RetrievalNodes(_SolverCore):
         turn = depth["turn"] + 1
         work.update(trace=state.get("trace"), llm_calls=state.get("llm_calls", 0), token_usage=state.get("token_usage"),
                     tool_calls=state.get("tool_calls", 0), steps=state.get("steps", 0) + 1)
-        references, called = self.retrieve(depth["query"], cfg, options, config)
-        work["tool_calls"] += len(called)
+        references, called = self.retrieve(work, depth["query"], cfg, options, config)
         work["trace"] = self.event({**state, **work}, config, action="Retrieve", content=depth["query"],
                                    detail={"step": form.index, "turn": turn, "calls": called})
         if not references:  # nothing usable came back: a further turn would ask the same tools again
@@ -119,20 +116,17 @@ class _RetrievalNodes(_SolverCore):
         return self.solved(state, work, config, form, answer=answer, source="unresolved", resolved=False,
                            detail={"turns": turn, "why": why})
 
-    def retrieve(self, query: str, cfg: TCRAGConfig, options: KAGThinkerOptions,
+    def retrieve(self, work: dict[str, Any], query: str, cfg: TCRAGConfig, options: KAGThinkerOptions,
                  config: RunnableConfig) -> tuple[list[tuple[str, str]], list[dict[str, Any]]]:
-        """Call each retrieval tool once through the tool layer; errors are recorded, never evidence."""
-        child = child_config(config)
-        caller = caller_for_run(config, base=cfg.caller)  # trusted identity only, never the client's words
-        child["configurable"] = {**child.get("configurable", {}), CALLER_KEY: caller}
+        """Call each retrieval tool once through the tool layer (the kernel's: the caller's identity, one
+        deadline, one trim); errors are recorded, never evidence."""
         names = options.retrieval_tools if options.retrieval_tools is not None else tuple(self.tools)
         references, called = [], []
         for name in names:
-            outcome = invoke_tool(self.tools[name], query, config=child, timeout_s=cfg.tool_timeout_s,
-                                  max_output_tokens=cfg.max_observation_tokens)
-            if is_tool_error(outcome):
-                called.append({"tool": name, "error": outcome.kind})
+            record = self.call_tool(work, self.tools[name], query, cfg, config)
+            if record.is_error:
+                called.append({"tool": name, "error": record.error_kind})
             else:
-                called.append({"tool": name, "chars": len(outcome)})
-                references.append((name, outcome))
+                called.append({"tool": name, "chars": len(record.observation)})
+                references.append((name, record.observation))
         return references, called

@@ -1,6 +1,6 @@
-"""What every KAG-Thinker node shares: :class:`_Fault` (ends a run with a reason) and
-:class:`_SolverCore` (settings, model calls with format re-prompts, trace events, halting, answers
-and their substitution into a form, recording a solved form)."""
+"""What every KAG-Thinker node shares: :class:`_SolverCore` on the run kernel (settings, model calls
+with format re-prompts, trace events, answers and their substitution into a form, recording a solved
+form); a :class:`~tcrag_langgraph.machine.kernel.RunFailure` ends a run with its reason."""
 
 from __future__ import annotations
 
@@ -10,91 +10,45 @@ import re
 # the node's own annotations, which it resolves here (each Command[Literal[...]] names a node's edges).
 from typing import Any, Callable, Literal, Mapping, Optional, Sequence  # noqa: F401
 
-from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage
 from langchain_core.runnables import RunnableConfig
-from langchain_core.tools import BaseTool
-from langgraph.graph import END
 from langgraph.runtime import Runtime
 from langgraph.types import Command
 
-from ...machine.config import TCRAGConfig, resolve_config
-from ...machine.events import emit
-from ...tools.layer.outcome import content_text
-from ...machine.result import RunResult
-from ...machine.run_input import child_config
+from ...machine.config import TCRAGConfig
+from ...machine.kernel import RunFailure, RunKernel
 from ...machine.state import TraceEvent
-from ...tools.tokens import count_tokens
 from .arithmetic import ArithmeticRefused, _first_number
 from .forms import ContentItem, LogicalForm, LogicalFormParseError
-from .options import KAGThinkerOptions, _split_overrides
-from .state import KAGThinkerState
+from .options import KAGThinkerOptions
 
 
-class _Fault(Exception):
-    """Ends the run with ``halt_reason`` (a model failure, format retries spent, ...)."""
+class _SolverCore(RunKernel):
+    """KAG-Thinker's core on the run kernel: settings with its options, trace events whose depth is the
+    count of solved forms, answers and their substitution into a form, recording a solved form; the
+    nodes are the methods of its subclasses (:class:`~.retrieval._RetrievalNodes`, :class:`~.nodes._Solver`)."""
 
-    def __init__(self, reason: str, message: str, update: Optional[dict[str, Any]] = None) -> None:
-        super().__init__(message)
-        self.reason = reason
-        self.update = update or {}
-
-
-class _SolverCore:
-    """Holds model, tools, scorer and options, and the bookkeeping every node shares (settings,
-    model calls with format re-prompts, trace events, halting, answers and substitution); the nodes
-    are the methods of its subclasses (:class:`~.retrieval._RetrievalNodes`, :class:`~.nodes._Solver`)."""
-
-    def __init__(self, model: BaseChatModel, tools: Sequence[BaseTool], scorer: Any, config: TCRAGConfig,
-                 options: KAGThinkerOptions, *, trust_client_identity: bool) -> None:
-        self.model = model
-        self.tools = {t.name: t for t in tools}
-        self.scorer = scorer
-        self.base_config = config
-        self.base_options = options
-        self.trust_client_identity = trust_client_identity
+    options_type = KAGThinkerOptions
 
     # ----- configuration and bookkeeping -----
-    def settings(self, config: RunnableConfig, runtime: Runtime) -> tuple[TCRAGConfig, KAGThinkerOptions]:
-        context = getattr(runtime, "context", None)
-        configurable = (config or {}).get("configurable") or {}
-        base_values, our_values = _split_overrides(context)
-        cfg = resolve_config(self.base_config, configurable=configurable, context=base_values,
-                             trust_client_identity=self.trust_client_identity)
-        options = self.base_options.merged({**_split_overrides(configurable)[1], **our_values})
+    def settings(self, config: RunnableConfig, runtime: Optional[Runtime] = None) -> tuple[TCRAGConfig, KAGThinkerOptions]:
+        cfg, options = super().settings(config, runtime)
         unknown = [n for n in (options.retrieval_tools or ()) if n not in self.tools]
         if unknown:
             raise ValueError(f"retrieval_tools names tools this graph does not have: {unknown}")
         return cfg, options
 
-    @staticmethod
-    def event(state: Mapping[str, Any], config: RunnableConfig, *, action: str, op: str = "push", content: str = "",
-              detail: Optional[dict[str, Any]] = None) -> list[TraceEvent]:
-        """Emit one event live; return the extended trace."""
+    def position(self, state: Mapping[str, Any]) -> tuple[int, Optional[float]]:
+        """A KAG-Thinker run stands at the count of its solved forms."""
+        return len(state.get("solutions") or []), None
+
+    def event(self, state: Mapping[str, Any], config: RunnableConfig, *, action: str, op: str = "push",
+              content: str = "", detail: Optional[dict[str, Any]] = None) -> list[TraceEvent]:
+        """Record one event (emitted live); return the extended trace."""
         event = TraceEvent(step=state.get("steps", 0), action=action, op=op, content=content[:2000],
-                           stack_depth=len(state.get("solutions") or []),
+                           stack_depth=self.position(state)[0],
                            detail=json.dumps(detail, ensure_ascii=False, default=str) if detail is not None else None)
-        emit(event, config)
-        return [*(state.get("trace") or []), event]
-
-    def ask(self, state: dict[str, Any], messages: list[BaseMessage], cfg: TCRAGConfig,
-            config: RunnableConfig) -> str:
-        """One model call; counts it and its tokens into ``state`` (a working copy)."""
-        from ...models.local import LocalChatModel
-
-        kwargs: dict[str, Any] = {}
-        if isinstance(self.model, LocalChatModel):  # only the packaged model takes these per call
-            kwargs.update(max_new_tokens=cfg.max_new_tokens, temperature=cfg.temperature)
-        try:
-            reply = self.model.invoke(messages, config=child_config(config), **kwargs)
-        except Exception as exc:  # a model/server failure ends the run with the reason
-            raise _Fault("model_error", f"{type(exc).__name__}: {exc}") from exc
-        text = content_text(reply.content)
-        usage = dict(state.get("token_usage") or {"prompt": 0, "completion": 0})
-        usage["prompt"] += sum(count_tokens(content_text(m.content)) for m in messages)
-        usage["completion"] += count_tokens(text)
-        state.update(llm_calls=state.get("llm_calls", 0) + 1, token_usage=usage)
-        return text
+        return self.record(state.get("trace"), config, event)
 
     def ask_parsed(self, state: dict[str, Any], messages: list[BaseMessage], parse: Callable[[str], Any],
                    cfg: TCRAGConfig, config: RunnableConfig, *, what: str, instructions: str) -> Any:
@@ -110,34 +64,12 @@ class _SolverCore:
                 history += [AIMessage(content=text[:2000] or "(empty)"),
                             HumanMessage(content=f"Your reply could not be used: {err}.\n{instructions}")]
                 last_error = err
-        raise _Fault("format_error", f"no usable {what} after {cfg.max_format_retries + 1} tries: {last_error}")
+        raise RunFailure("format_error", f"no usable {what} after {cfg.max_format_retries + 1} tries: {last_error}")
 
-    def halt(self, state: Mapping[str, Any], config: RunnableConfig, *, reason: str, answer: Optional[str],
-             validated: bool, error: Optional[str] = None, extra: Optional[dict[str, Any]] = None) -> Command:
-        update = dict(extra or {})
-        final = {**state, **update}
-        trace = self.event(final, config, action="Halt", op="halt", content=answer or "",
-                           detail={"halt_reason": reason, **({"error": error} if error else {})})
-        update.update(trace=trace, answer=answer, answer_validated=validated, halt_reason=reason, error=error,
-                      depth=None)
-        result = RunResult.from_state({**final, **update})
-        update["messages"] = [AIMessage(content=result.text, response_metadata=result.metadata())]
-        return Command(goto=END, update=update)
-
-    def guarded(self, node: Callable[..., Command]) -> Callable[..., Command]:
-        """Run a node; a :class:`_Fault` (model error, format retries spent) halts the run cleanly."""
-
-        def run(state: KAGThinkerState, config: RunnableConfig, runtime: Runtime) -> Command:
-            work: dict[str, Any] = {}
-            try:
-                return node(state, config, runtime, work)
-            except _Fault as fault:
-                return self.halt({**state, **work}, config, reason=fault.reason, answer=None, validated=False,
-                                 error=str(fault), extra=work)
-
-        run.__name__ = getattr(node, "__name__", "node")
-        run.__annotations__ = {k: v for k, v in node.__annotations__.items() if k != "work"}
-        return run
+    def halt(self, state: Mapping[str, Any], config: Optional[RunnableConfig], **kwargs: Any) -> Command:
+        """The kernel's halt; no depth turn is open after it."""
+        kwargs["extra"] = {**(kwargs.get("extra") or {}), "depth": None}
+        return super().halt(state, config, **kwargs)
 
     def route(self, forms: list[dict[str, Any]], cursor: int) -> str:
         return forms[cursor]["function"]
