@@ -362,15 +362,16 @@ def test_model_error_halts_with_the_reason():
     assert out["halt_reason"] in HALT_REASONS
 
 
-def test_bad_arguments_raise_value_error():
+def test_bad_arguments_are_clear_errors():
+    """TypeError for a wrong type, ValueError for a bad value (the same rule for every builder)."""
     model = recording_model(["x"])
     with pytest.raises(ValueError):
         build_diffrag_graph(model=model, options={"top_k": 0})
-    with pytest.raises(ValueError):
+    with pytest.raises(TypeError):
         build_diffrag_graph(model=model, knowledge="graph.nq")
     with pytest.raises(ValueError):
         build_diffrag_graph(model=model, knowledge=_knowledge(), cases=[_case()])
-    with pytest.raises(ValueError):
+    with pytest.raises(TypeError):
         build_diffrag_graph(model=model, tools=["DOC_RAG"])
     with pytest.raises(ValueError):
         build_diffrag_graph(model=model, general_kg="remote")
@@ -447,7 +448,7 @@ def test_default_graph_builds_lazily_from_packaged_abstracts_and_caches(tmp_path
 def test_registered_for_eval():
     from tcrag_langgraph.methods.registry import METHODS, build_method
 
-    assert METHODS["diffrag"].builder == "diffrag:build_diffrag_graph"
+    assert METHODS["diffrag"].builder == "tcrag_langgraph.methods.diffrag:build_diffrag_graph"
     graph = build_method("diffrag", model=recording_model(["a | b | c"]), tools=[], config=TCRAGConfig(max_new_tokens=32))
     assert set(graph.get_graph().nodes) >= {"Start", "Reasoning_Path", "Recall", "Answer"}
 

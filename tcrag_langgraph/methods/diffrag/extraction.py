@@ -10,20 +10,10 @@ from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage
 from langchain_core.runnables import RunnableConfig
 
-from ...tools.layer.outcome import content_text
-from ...machine.run_input import child_config
-from ...tools.tokens import count_tokens
+from ...machine.config import TCRAGConfig
+from ...machine.kernel import RunKernel
 from .parsing import Triple, parse_triples
 from .prompts import REPROMPT
-
-
-def generation_kwargs(model: BaseChatModel, max_new_tokens: int, temperature: float) -> dict[str, Any]:
-    """Per-call generation settings for ``model.invoke`` (only the packaged model takes them)."""
-    from ...models.local import LocalChatModel
-
-    if isinstance(model, LocalChatModel):  # the packaged model takes per-call settings
-        return {"max_new_tokens": max_new_tokens, "temperature": temperature}
-    return {}
 
 
 @dataclass
@@ -37,7 +27,7 @@ class ExtractionCalls:
 
 
 def extract_triples(
-    model: BaseChatModel,
+    model: BaseChatModel | RunKernel,
     system: str,
     text: str,
     *,
@@ -52,20 +42,21 @@ def extract_triples(
     """Ask ``model`` for triples about ``text``; re-prompt up to ``max_retries`` times while none parse.
 
     Returns the triples (possibly none: the caller decides what an empty result means). Model
-    exceptions propagate.
+    failures propagate (as the kernel's ``RunFailure``).
     """
     calls = calls if calls is not None else ExtractionCalls()
     messages: list[BaseMessage] = [
         SystemMessage(content=system.format(n=max_triples)),
         HumanMessage(content=text),
     ]
-    kwargs = generation_kwargs(model, max_new_tokens, temperature)
+    kernel = model if isinstance(model, RunKernel) else RunKernel(model, [], None, TCRAGConfig())
     for attempt in range(max_retries + 1):
-        reply = model.invoke(messages, config=child_config(config) if config is not None else None, **kwargs)
-        out = content_text(reply.content)
-        calls.llm_calls += 1
-        calls.prompt_tokens += sum(count_tokens(content_text(m.content)) for m in messages)
-        calls.completion_tokens += count_tokens(out)
+        work: dict[str, Any] = {}
+        out = kernel.ask(work, messages, kernel.base_config, config, max_new_tokens=max_new_tokens,
+                         temperature=temperature)  # the kernel's model call (a failure raises RunFailure)
+        calls.llm_calls += work["llm_calls"]
+        calls.prompt_tokens += work["token_usage"]["prompt"]
+        calls.completion_tokens += work["token_usage"]["completion"]
         parsed = parse_triples(out, max_triples=max_triples, allow_unknown=allow_unknown)
         calls.problems.extend(f"attempt {attempt + 1}: {p}" for p in parsed.problems)
         if parsed.triples:

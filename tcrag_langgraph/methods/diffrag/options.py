@@ -3,14 +3,15 @@ one rule for how many tokens a generation may write."""
 
 from __future__ import annotations
 
-from typing import Any, Mapping, Optional
+from typing import Optional
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import ConfigDict, Field
 
 from ...machine.config import TCRAGConfig
+from ...machine.kernel import MethodOptions
 
 
-class DiffRAGOptions(BaseModel):
+class DiffRAGOptions(MethodOptions):
     """Bounds and switches of TCM-DiffRAG (keyword-only; per-run override through ``context=``).
 
     Example:
@@ -39,18 +40,6 @@ class DiffRAGOptions(BaseModel):
     kg_entities_per_triple: int = Field(default=2, ge=0, le=10, description="Packaged-graph entities linked per path triple.")
     kg_triples_per_relation: int = Field(default=5, ge=1, le=50, description="Packaged-graph neighbours per relation.")
     max_new_tokens: Optional[int] = Field(default=None, ge=1, le=8192, description="None: the TCRAGConfig value.")
-
-    def merged(self, overrides: "DiffRAGOptions | Mapping[str, Any] | None") -> "DiffRAGOptions":
-        """A copy with the explicitly set fields of ``overrides`` applied (validated)."""
-        if overrides is None:
-            return self
-        if isinstance(overrides, DiffRAGOptions):
-            values = {k: getattr(overrides, k) for k in overrides.model_fields_set}
-        elif isinstance(overrides, Mapping):
-            values = {k: v for k, v in overrides.items() if k in DiffRAGOptions.model_fields}
-        else:
-            raise ValueError(f"options overrides must be DiffRAGOptions or a mapping, not {type(overrides).__name__}")
-        return self if not values else DiffRAGOptions.model_validate({**self.model_dump(), **values})
 
 
 def max_new_tokens_for(options: DiffRAGOptions, config: TCRAGConfig) -> int:

@@ -1,9 +1,8 @@
-"""TCM-DiffRAG's graph state (:class:`DiffRAGState`), why a run ends (:data:`HALT_REASONS`) and how a
-node adds its tokens to the run's usage."""
+"""TCM-DiffRAG's graph state (:class:`DiffRAGState`) and why a run ends (:data:`HALT_REASONS`)."""
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from typing import Any
 
 from ...machine.state import MethodState
 
@@ -24,8 +23,3 @@ class DiffRAGState(MethodState, total=False):
     raw_output: str
     retrievals: int
 
-
-def add_token_usage(state: Mapping[str, Any], prompt: int, completion: int) -> dict[str, int]:
-    """The run's ``token_usage`` with a node's prompt and completion tokens added."""
-    old = state.get("token_usage") or {}
-    return {"prompt": old.get("prompt", 0) + prompt, "completion": old.get("completion", 0) + completion}
