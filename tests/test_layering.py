@@ -1,0 +1,89 @@
+"""The package's layers import only downwards: tools < models < monitor < machine < methods < testing
+< eval < faces. Every import statement is checked, lazy ones inside functions included, so an arrow
+that runs back up (the machine reading the evaluation, a method importing a face) fails here."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+PACKAGE = "tcrag_langgraph"
+
+#: each part and the parts it may import (itself included)
+LAYERS = ("tools", "models", "monitor", "machine", "methods", "testing", "eval", "faces")
+ALLOWED = {part: set(LAYERS[: i + 1]) for i, part in enumerate(LAYERS)}
+ALLOWED["package"] = set(LAYERS)  # tcrag_langgraph/__init__.py re-exports the public names (lazily)
+ALLOWED["prompts"] = {"prompts"}
+
+
+def _modules() -> dict[str, Path]:
+    """Dotted module name -> file, as installed (tools/ and prompts/ install inside the package)."""
+    found = {}
+    for base, prefix in ((ROOT / PACKAGE, PACKAGE), (ROOT / "tools", f"{PACKAGE}.tools"),
+                         (ROOT / "prompts", f"{PACKAGE}.prompts")):
+        for path in base.rglob("*.py"):
+            parts = list(path.relative_to(base).with_suffix("").parts)
+            if parts[-1] == "__init__":
+                parts = parts[:-1]
+            found[".".join([prefix, *parts])] = path
+    return found
+
+
+def part_of(module: str) -> str:
+    rest = module.split(".")[1:]
+    if not rest:
+        return "package"
+    return "testing" if rest[0] == "testing" else rest[0]
+
+
+def imports_of(module: str, path: Path) -> list[tuple[int, str]]:
+    """(line, absolute module) of every import of this package's modules in ``path``."""
+    is_package = path.name == "__init__.py"
+    package = module if is_package else module.rsplit(".", 1)[0]
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.split(".")[: len(package.split(".")) - (node.level - 1)]
+                target = ".".join(base + ([node.module] if node.module else []))
+            else:
+                target = node.module or ""
+            targets = [target] if node.module else [f"{target}.{alias.name}" for alias in node.names]
+        elif isinstance(node, ast.Import):
+            targets = [alias.name for alias in node.names]
+        else:
+            continue
+        found += [(node.lineno, t) for t in targets if t == PACKAGE or t.startswith(PACKAGE + ".")]
+    return found
+
+
+MODULES = _modules()
+
+
+def test_every_module_belongs_to_a_known_layer():
+    assert {part_of(m) for m in MODULES} <= set(ALLOWED), {part_of(m) for m in MODULES} - set(ALLOWED)
+    # the parts a newcomer looks for are where the layout says
+    for module in ("machine.kernel", "machine.graph", "machine.transitions", "monitor.scoring", "monitor.calibration",
+                   "models.local", "faces.cli", "faces.serve", "faces.studio", "methods.registry",
+                   "methods.baselines", "methods.crp_rag", "methods.kag_thinker", "methods.diffrag", "tools.layer"):
+        assert f"{PACKAGE}.{module}" in MODULES, module
+
+
+@pytest.mark.parametrize("module", sorted(MODULES))
+def test_imports_run_only_downwards(module):
+    allowed = ALLOWED[part_of(module)]
+    wrong = [f"line {line}: {target}" for line, target in imports_of(module, MODULES[module])
+             if part_of(target) not in allowed]
+    assert not wrong, f"{module} ({part_of(module)}) may import only {sorted(allowed)}: {wrong}"
+
+
+def test_the_checker_sees_an_arrow_that_runs_back_up(tmp_path):
+    """The check itself can fail: a machine module importing the evaluation is caught."""
+    bad = tmp_path / "graph.py"
+    bad.write_text("def f():\n    from ..eval.calibration import calibrate\n    import tcrag_langgraph.faces.cli\n")
+    targets = [t for _, t in imports_of(f"{PACKAGE}.machine.graph", bad)]
+    assert targets == [f"{PACKAGE}.eval.calibration", f"{PACKAGE}.faces.cli"]
+    assert {part_of(t) for t in targets} - ALLOWED["machine"] == {"eval", "faces"}
