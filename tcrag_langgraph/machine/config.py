@@ -40,7 +40,7 @@ class TCRAGConfig(BaseModel):
     sigma: Optional[Union[Annotated[float, Field(gt=0)], Literal["auto"]]] = Field(
         default=None,
         description="Halting threshold; None = paper default for the metric; 'auto' = the model's stored "
-        "calibration (tcrag calibrate), resolved at graph build time by eval.calibration.resolve_sigma.",
+        "calibration (tcrag calibrate), resolved when the graph is built.",
     )
     initial_state_value: float = Field(default=1e9, gt=0, description="The 'large value' the state starts at.")
     max_steps: int = Field(default=12, ge=1, le=1000, description="Actions applied before the run halts unvalidated.")
@@ -110,12 +110,12 @@ class TCRAGConfig(BaseModel):
         """sigma as a number: the set value, else the paper's default for the metric.
 
         ``sigma="auto"`` has no number until the model is known: resolve it first with
-        ``tcrag_langgraph.eval.calibration.resolve_sigma(config, model_id)``; here it is a ValueError.
+        ``tcrag_langgraph.monitor.calibration.resolve_sigma(config, model_id)``; here it is a ValueError.
         """
         if self.sigma == "auto":
             raise ValueError(
                 "sigma='auto' is resolved from the model's calibration at graph build time "
-                "(tcrag_langgraph.eval.calibration.resolve_sigma(config, model_id))"
+                "(tcrag_langgraph.monitor.calibration.resolve_sigma(config, model_id))"
             )
         return float(self.sigma if self.sigma is not None else DEFAULT_SIGMA[self.metric])
 
