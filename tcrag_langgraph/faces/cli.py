@@ -232,7 +232,8 @@ def ask(
     """Answer QUESTION with TC-RAG, showing each action, push/pop and state value live."""
     from pydantic import ValidationError
 
-    from ..machine.graph import EVENT_NAME, build_graph, question_problem
+    from ..machine.graph import EVENT_NAME, question_problem
+    from ..methods.registry import DEFAULT_METHOD, build_method
     from ..models.local import LocalChatModel, LocalModelError, resolve_chat_model
     from ..machine.result import RunResult
     from ..monitor.scoring import MonitorUnavailableError
@@ -288,7 +289,7 @@ def ask(
             err.print(f"[red]Model error:[/] {exc}", highlight=False)
             raise typer.Exit(1) from None
     try:
-        graph = build_graph(model=chat, tools=tool_list, scorer=scorer, config=cfg)
+        graph = build_method(DEFAULT_METHOD, model=chat, tools=tool_list, scorer=scorer, config=cfg)
     except (ValueError, MonitorUnavailableError) as exc:  # e.g. no monitor for a served model, no calibration
         raise refuse("Cannot build the agent", str(exc)) from None
     if not as_json:

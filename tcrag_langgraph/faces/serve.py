@@ -362,10 +362,10 @@ def create_app(
     if users is not None and not isinstance(users, UserDirectory):
         raise TypeError(f"users must be a UserDirectory, got {type(users).__name__}")
     if graph is None:
-        from ..machine.graph import build_graph
+        from ..methods.registry import DEFAULT_METHOD, build_method
         from ..tools import default_tools
 
-        graph = build_graph(config=config, tools=default_tools() if tools else [], name="tcrag")
+        graph = build_method(DEFAULT_METHOD, config=config, tools=default_tools() if tools else [])
     if getattr(graph, "checkpointer", None) is None and checkpoint_db is None:
         graph.checkpointer = BoundedMemorySaver(max_threads=max_threads)
 

@@ -37,10 +37,10 @@ def make_graph(*, script: Optional[str] = None, tools: bool = True):
     script = script or os.environ.get(SCRIPT_ENV) or None
     if script:
         return scripted_graph(script)
-    from tcrag_langgraph.machine.graph import build_graph
+    from tcrag_langgraph.methods.registry import DEFAULT_METHOD, build_method
     from tcrag_langgraph.tools import default_tools
 
-    return build_graph(tools=default_tools() if tools else [], name="tcrag")
+    return build_method(DEFAULT_METHOD, tools=default_tools() if tools else [])
 
 
 def _the_graph():

@@ -51,7 +51,7 @@ from langchain_core.tools import BaseTool
 
 from ..machine.config import TCRAGConfig
 
-__all__ = ["MethodSpec", "METHODS", "METHOD_NAMES", "build_method", "build_methods", "check_method_options",
+__all__ = ["MethodSpec", "METHODS", "METHOD_NAMES", "DEFAULT_METHOD", "build_method", "build_methods", "check_method_options",
            "method_builder", "tcrag_config_for"]
 
 _TCRAG = "tcrag_langgraph.machine.graph:build_graph"
@@ -106,6 +106,9 @@ METHODS: dict[str, MethodSpec] = {
     )
 }
 METHOD_NAMES: tuple[str, ...] = tuple(METHODS)
+#: what the faces serve unless told otherwise: TC-RAG with the configuration exactly as given (its
+#: metric, switches and sigma); not a row of the evaluation tables, which name the metric
+DEFAULT_METHOD = "tcrag"
 
 
 def method_builder(name: str) -> Callable[..., Any]:
@@ -159,7 +162,7 @@ def build_method(
     options: Optional[Mapping[str, Any]] = None,
     **build_options: Any,
 ):
-    """A compiled graph for method ``name`` (see the module table).
+    """A compiled graph for method ``name`` (see the module table; ``"tcrag"``: :data:`DEFAULT_METHOD`).
 
     ``config`` is the shared base configuration (max_steps, max_new_tokens, temperature, ...);
     ``scorer`` the state monitor for the TC-RAG variants (``None`` = the generator's own weights);
@@ -170,6 +173,11 @@ def build_method(
     ``build_options`` go to the builder as they are (``checkpointer``, ``store``,
     ``trust_client_identity``).
     """
+    if name == DEFAULT_METHOD:
+        if options:
+            _check_takes_options("tcrag-cppl")
+        return method_builder("tcrag-cppl")(model=model, tools=list(tools), scorer=scorer, config=config,
+                                            **{"name": name, **build_options})
     spec = _spec(name)
     if options:
         _check_takes_options(name)

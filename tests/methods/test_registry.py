@@ -8,7 +8,7 @@ from tcrag_langgraph import TCRAGConfig
 from tcrag_langgraph.eval.efficiency import UsageMeter, question_cost
 from tcrag_langgraph.methods.registry import METHOD_NAMES, METHODS, build_method, build_methods, tcrag_config_for
 
-from .helpers import TextScorer, make_doc_tool, model
+from ..eval.helpers import TextScorer, make_doc_tool, model
 
 Q = "Which drug? Options: A. x B. y"
 
@@ -156,3 +156,18 @@ def test_method_options_are_refused_where_they_cannot_apply():
         build_methods(["base"], model=model("Conclusion: yes"), method_options={"crp-rag": {"fan_out": 1}})
     with pytest.raises(ValueError, match="fan_out"):  # the method's own options model validates them
         build_method("crp-rag", model=model("Conclusion: yes"), options={"fan_out": 99})
+
+
+def test_the_faces_default_is_tc_rag_with_the_configuration_as_given():
+    """``tcrag ask``, ``tcrag serve`` and Studio build through the registry: the default method keeps
+    the metric, switches and sigma the user set (the table's rows name their metric)."""
+    from tcrag_langgraph.methods.registry import DEFAULT_METHOD
+
+    cfg = TCRAGConfig(metric="uct", sigma=3.0, enable_backtrack=False)
+    scorer = TextScorer({"yes": 1.0})
+    out = build_method(DEFAULT_METHOD, model=model("Conclusion: yes"), scorer=scorer, config=cfg).invoke(
+        {"question": "Q?"})
+    assert (out["metric"], out["sigma"], out["halt_reason"]) == ("uct", 3.0, "validated")
+    assert DEFAULT_METHOD not in METHODS  # not an evaluation row
+    with pytest.raises(ValueError, match="takes no method options"):
+        build_method(DEFAULT_METHOD, model=model("Conclusion: yes"), scorer=scorer, options={"fan_out": 1})
