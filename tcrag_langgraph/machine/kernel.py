@@ -2,9 +2,10 @@
 
 TC-RAG's stack machine, the baselines (Base, CoT, SR-RAG) and the papers' methods (CRP-RAG,
 KAG-Thinker, TCM-DiffRAG) all hold their graph nodes the same way: a subclass of
-:class:`RunKernel` whose methods are the nodes (a method with many nodes groups them in stage
-classes that build on its core class). The kernel owns the run glue they share, so each rule has
-one home:
+:class:`RunKernel` whose methods are the nodes, each wrapped by :meth:`RunKernel.node` when the
+graph is built. A method with many nodes adds them stage by stage in a single chain of classes
+(its core on the kernel, then each stage on the one before; the last is the node holder). The
+kernel owns the run glue they share, so each rule has one home:
 
 * :meth:`RunKernel.settings` - the per-run settings: the build-time :class:`TCRAGConfig` and the
   method's own options (:class:`MethodOptions`), overridden by ``config["configurable"]`` and the

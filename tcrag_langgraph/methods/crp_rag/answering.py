@@ -13,15 +13,16 @@ from langgraph.types import Command
 from ...machine import answer_format
 from ...machine.state import TraceEvent
 from .dag import best_path_score, node_by_id, select_paths
-from .machine import CRPRAGMachine, RunFailure
+from .knowledge import KnowledgeNodes
+from .machine import RunFailure
 from .prompts import LAST_STEP_NOTE, PROMPT_INTEGRATE, PROMPT_PATH_STEP
 from .state import CRPState
 
 __all__ = ["AnswerNodes"]
 
 
-class AnswerNodes(CRPRAGMachine):
-    """The ``Select`` and ``Answer`` nodes."""
+class AnswerNodes(KnowledgeNodes):
+    """The ``Select`` and ``Answer`` nodes, on the knowledge stage: the last stage, so the whole node holder."""
 
     # ----- AG: path selection -----
     def select(self, state: CRPState, config: RunnableConfig, runtime: Runtime) -> Command[

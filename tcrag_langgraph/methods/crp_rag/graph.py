@@ -13,8 +13,6 @@ from ...machine.config import TCRAGConfig
 from ...machine.kernel import build_arguments, default_scorer
 from ...monitor.scoring import StateScorer
 from .answering import AnswerNodes
-from .construction import GraphConstruction
-from .knowledge import KnowledgeNodes
 from .options import CRPRAGOptions
 from .state import CRPState
 
@@ -23,8 +21,9 @@ __all__ = ["NODE_NAMES", "build_crp_rag_graph"]
 NODE_NAMES = ("Start", "Expand", "Retrieve", "Evaluate", "Select", "Answer")
 
 
-class _CRPRAG(GraphConstruction, KnowledgeNodes, AnswerNodes):
-    """Holds the model, tools, scorer and embedder; its methods are the graph nodes (one stage a base class)."""
+class _CRPRAG(AnswerNodes):
+    """Holds the model, tools, scorer and embedder; its methods are the graph nodes (each stage's class
+    builds on the previous one: construction, knowledge, answering)."""
 
 
 def build_crp_rag_graph(

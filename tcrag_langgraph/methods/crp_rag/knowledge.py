@@ -11,15 +11,16 @@ from langgraph.runtime import Runtime
 from langgraph.types import Command
 
 from ...machine.state import TraceEvent
-from .machine import CRPRAGMachine, RunFailure
+from .construction import GraphConstruction
+from .machine import RunFailure
 from .prompts import PROMPT_AGGREGATE, PROMPT_REASON
 from .state import CRPState
 
 __all__ = ["KnowledgeNodes"]
 
 
-class KnowledgeNodes(CRPRAGMachine):
-    """The ``Retrieve`` and ``Evaluate`` nodes."""
+class KnowledgeNodes(GraphConstruction):
+    """The ``Retrieve`` and ``Evaluate`` nodes, on the construction stage."""
 
     # ----- KRA -----
     def retrieve(self, state: CRPState, config: RunnableConfig, runtime: Runtime) -> Command[
