@@ -165,7 +165,7 @@ def test_scorer_arguments_are_checked():
         LocalLMScorer(model_path="x", model_loader=lambda: None)
     with pytest.raises(ValueError, match="unknown dtype"):
         LocalLMScorer(dtype="int3")
-    from tcrag_langgraph.monitor.scoring import CompletionsLogprobScorer, RemoteScorerError
+    from tcrag_langgraph.monitor.served import CompletionsLogprobScorer, RemoteScorerError
 
     assert CompletionsLogprobScorer.__module__ == "tcrag_langgraph.monitor.served"
     assert issubclass(RemoteScorerError, RuntimeError)

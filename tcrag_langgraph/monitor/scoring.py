@@ -43,8 +43,6 @@ __all__ = [
     "token_logprobs_to_metric",
     "scorer_for_model",
     "MonitorUnavailableError",
-    "CompletionsLogprobScorer",
-    "RemoteScorerError",
 ]
 
 Metric = Literal["cppl", "uct"]
@@ -253,11 +251,3 @@ def scorer_for_model(model: Any, **scorer_options: Any) -> StateScorer:
         "TCRAGConfig(enable_state_monitor=False)."
     )
 
-
-def __getattr__(name: str) -> Any:
-    # The remote scorer lives in its own module (it imports the formulas above); loaded on demand.
-    if name in ("CompletionsLogprobScorer", "RemoteScorerError"):
-        from . import served
-
-        return getattr(served, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
