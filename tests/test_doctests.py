@@ -5,7 +5,9 @@ import importlib
 
 import pytest
 
-MODULES = ["transitions", "answer_format", "result", "graph", "config", "state", "actions", "run_input", "events"]
+MODULES = ["machine.transitions", "machine.answer_format", "machine.result", "machine.graph", "machine.config",
+           "machine.state", "machine.actions", "machine.run_input", "machine.events", "machine.identity",
+           "machine.kernel", "monitor.calibration", "methods.registry", "methods.baselines", "eval.calibration"]
 
 
 @pytest.mark.parametrize("name", MODULES)
