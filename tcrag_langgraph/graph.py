@@ -46,7 +46,7 @@ from .result import RunResult
 from .run_input import child_config, extract_question, last_human_is, question_problem
 from .scoring import MonitorUnavailableError, StateScorer, scorer_for_model
 from .state import Action, ParsedAction, TCRAGState, ToolCallRecord, TraceEvent, render_stack
-from .tools.layer import invoke_tool, is_tool_error
+from .tools.layer import invoke_tool, is_tool_error, with_egress_context
 from .tools.tokens import count_tokens
 from .transitions import HaltReason, Machine, Transition
 
@@ -306,7 +306,8 @@ class _Machine:
             update = self.apply(state, config, t)
             update["repeated_tool_calls"] = state.get("repeated_tool_calls", 0) + 1
             return Command(goto="Generate", update=update)
-        record = self._call_tool(tool, tool_input, cfg, config)
+        # the record text on the stack goes with the call: outbound tools refuse to send it (tools/layer/egress.py)
+        record = self._call_tool(tool, tool_input, cfg, with_egress_context(config, state["stack"], self.tools))
         detail = json.dumps({"tool": tool.name, "input": tool_input, "error": record.error_kind},
                             ensure_ascii=False, default=str)
         t = transitions.tool_use(self.machine(state), record, content=pending.content, detail=detail)

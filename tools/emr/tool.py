@@ -42,7 +42,7 @@ EMR_SEARCH_DESCRIPTION = (
 #: The layer options EMR_SEARCH uses when none are given: a local database answers fast, and only a
 #: connection-level database error (raised as a retryable ToolFailure) is worth one more attempt.
 EMR_TOOL_OPTIONS = ToolOptions(timeout_s=15.0, retries=1, backoff=0.2, max_output_tokens=800, cache_size=0,
-                               transient=())
+                               transient=(), holds_records=True)
 
 
 def emr_tool(
@@ -86,8 +86,9 @@ def emr_tool(
         except (DBAPIError, SQLAlchemyError) as exc:
             raise ToolFailure("internal", f"EMR database error ({type(exc).__name__})") from None
 
+    # holds_records always: its output is patient-record text, whatever options were given (layer.egress)
     return make_tool(name, description, run, args_schema=EMRInput, options=options, text_parser=parse_emr_text,
-                     secrets=options.secrets + db.secrets)
+                     secrets=options.secrets + db.secrets, holds_records=True)
 
 
 def _build_sqlite_file(path: Path, n_patients: int, seed: int) -> None:

@@ -61,6 +61,12 @@ class ToolOptions(BaseModel):
     secrets: tuple[str, ...] = Field(
         default=(), repr=False, description="Strings scrubbed (in every encoding) from observations, errors and logs."
     )
+    holds_records: bool = Field(
+        default=False, description="The tool returns patient-record text (EMR_SEARCH): see the egress rule (layer.egress).")
+    sends_off_machine: bool = Field(
+        default=False, description="The tool sends its input off this machine (a remote search provider or endpoint).")
+    allow_record_egress: bool = Field(
+        default=False, description="Operator's permission for this outbound tool to send record text; off by default.")
 
     @field_validator("transient", mode="before")
     @classmethod
