@@ -33,8 +33,8 @@ EMR_SEARCH_DESCRIPTION = (
     "Search electronic medical records. Two operations: "
     '(1) similar patients: {"operation": "similar", "codes": ["E11.9"], "condition": "heart failure", '
     '"sex": "F", "age_min": 60, "age_max": 80, "limit": 3} (codes are ICD-10-CM; give codes and/or a condition '
-    "phrase; returns cohort statistics as count ranges and de-identified case groups of at least a few patients "
-    "each, showing what all of them share); "
+    "phrase; ages are matched by whole 10-year bands; returns cohort statistics as count ranges and de-identified "
+    "case groups of at least a few patients each, showing what all of them share); "
     '(2) one patient\'s record: {"operation": "lookup", "patient_id": "P00042"} (only patients you are '
     'allowed to see). Plain text also works, e.g. "patients with E11.9, female, aged 60-80" or "record of P00042".'
 )
