@@ -217,3 +217,9 @@ async def owner_only(ctx: Auth.types.AuthContext, value: Any) -> Auth.types.Filt
             value["metadata"] = metadata
         metadata["owner"] = ctx.user.identity
     return {"owner": ctx.user.identity}
+
+
+# Assistants, crons and the store are owner-scoped too (tcrag_langgraph/faces/auth_resources.py).
+from .auth_resources import register_resource_handlers  # noqa: E402
+
+register_resource_handlers(auth)

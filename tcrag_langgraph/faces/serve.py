@@ -29,6 +29,11 @@ Security (see docs/security.md):
   posts) and at most ``max_body_bytes`` (else 413); invalid JSON is 400, JSON nested deeper than
   ``max_json_depth`` or holding text that is not valid Unicode (a lone surrogate) is 422; all
   before any run starts.
+* **Request shapes and costs** (:mod:`tcrag_langgraph.faces.serve_guard`): a run's ``input`` (each of
+  ``/batch``'s ``inputs``) must be chat messages with a known ``type`` and text content (else 422);
+  options a request sets are bounded by the operator's :class:`~tcrag_langgraph.faces.serve_guard.ServeCaps`
+  (``tcrag serve --cap-...``; over a cap: 422); every run gets a ``recursion_limit`` above the longest
+  run a valid config allows, so it ends by the graph's own halt.
 * **Threads** belong to the principal that created them: the stored thread id is the client's id
   namespaced by the principal, so no client reads or posts into another principal's thread.
 * **Bounded memory**: without a durable checkpointer, threads live in a
@@ -74,6 +79,7 @@ from starlette.middleware.trustedhost import TrustedHostMiddleware
 from .auth import AUTH_USER_KEY, UserDirectory, UserRecord, token_from_headers
 from ..machine.config import TCRAGConfig, request_option_fields
 from .integration import as_chat_runnable, checkpoint_serde
+from .serve_guard import ServeCaps, caps_problem, input_problem, recursion_limit_for
 
 __all__ = ["create_app", "per_request_config", "REQUEST_OPTIONS", "register", "BoundedMemorySaver",
            "RequestGuard", "scoped_thread_id", "check_exposure", "LOOPBACK_HOSTS"]
@@ -87,6 +93,10 @@ _MAX_THREAD_ID = 200
 _STATE_USER = "tcrag_user"
 _STATE_BODY = "tcrag_body"
 _STATE_BATCH_INDEX = "tcrag_batch_index"
+_RUN_PREFIX = "/tcrag/"
+#: Above the longest run any valid TCRAGConfig allows (LangServe would stop runs at 25 super-steps).
+_RECURSION_LIMIT = recursion_limit_for(TCRAGConfig.model_fields["max_steps"].metadata[-1].le,
+                                       TCRAGConfig.model_fields["max_format_retries"].metadata[-1].le)
 
 
 class BoundedMemorySaver(InMemorySaver):
@@ -229,7 +239,9 @@ class RequestGuard:
         except ValueError:  # includes UnicodeDecodeError
             await _refuse(send, 400, "request body is not valid JSON")
             return
-        problem = _json_problem(parsed, max_depth=self.max_json_depth)
+        problem = _json_problem(parsed, max_depth=self.max_json_depth) or (
+            input_problem(scope["path"].rstrip("/").rsplit("/", 1)[-1], parsed)
+            if scope["path"].startswith(_RUN_PREFIX) else None)
         if problem:
             await _refuse(send, 422, problem)
             return
@@ -284,6 +296,9 @@ async def per_request_config(config: dict[str, Any], request: Request) -> dict[s
     except ValidationError as exc:
         first = exc.errors()[0]
         raise HTTPException(422, f"invalid option {first['loc'][0] if first['loc'] else ''}: {first['msg']}")
+    over = caps_problem(options, getattr(request.app.state, "tcrag_caps", None) or ServeCaps())
+    if over:
+        raise HTTPException(422, over)
     thread_id = sent.get("thread_id")
     if thread_id is not None and (not isinstance(thread_id, str) or not thread_id.strip()
                                   or len(thread_id) > _MAX_THREAD_ID):
@@ -293,7 +308,8 @@ async def per_request_config(config: dict[str, Any], request: Request) -> dict[s
                                     "thread_id": scoped_thread_id(user, thread_id or f"tcrag-{uuid.uuid4()}")}
     if user is not None:
         configurable[AUTH_USER_KEY] = user.as_server_user()
-    return {**{k: v for k, v in config.items() if k != "configurable"}, "configurable": configurable}
+    return {**{k: v for k, v in config.items() if k not in ("configurable", "recursion_limit")},
+            "configurable": configurable, "recursion_limit": _RECURSION_LIMIT}
 
 
 def _is_loopback(host: str) -> bool:
@@ -332,6 +348,7 @@ def create_app(
     max_body_bytes: int = 64 * 1024,
     max_json_depth: int = 32,
     max_threads: int = 1000,
+    caps: Optional[ServeCaps] = None,
 ) -> FastAPI:
     """The FastAPI app serving the agent through LangServe.
 
@@ -350,6 +367,8 @@ def create_app(
         allowed_hosts: ``Host`` header values served (others: 400).
         max_body_bytes, max_json_depth: limits on request bodies (413 / 422).
         max_threads: threads kept by the in-memory checkpointer.
+        caps: the operator's caps on options a request may set (:class:`~tcrag_langgraph.faces.serve_guard.ServeCaps`;
+            default ``ServeCaps()``); a request over one is a 422.
     """
     from langserve import add_routes
 
@@ -387,11 +406,15 @@ def create_app(
 
     app = FastAPI(title=title, version="0.1.0", lifespan=lifespan,
                   description="TC-RAG: a retrieval-augmented agent with stack memory and a state monitor.")
+    if caps is not None and not isinstance(caps, ServeCaps):
+        raise TypeError(f"caps must be a ServeCaps, got {type(caps).__name__}")
+    app.state.tcrag_caps = caps or ServeCaps()
     add_routes(
         app,
         as_chat_runnable(graph),
         path="/tcrag",
-        config_keys=("configurable",),
+        # recursion_limit: only so that /batch keeps the one per_request_config sets (a client's is replaced)
+        config_keys=("configurable", "recursion_limit"),
         per_req_config_modifier=per_request_config,
         playground_type="chat",
         enabled_endpoints=None if playground else ("invoke", "batch", "stream", "stream_log", "stream_events",
@@ -442,6 +465,14 @@ def register(app: Any) -> None:
         scripted: Optional[str] = typer.Option(
             None, help="TESTING/DEMO: replay a JSON script instead of a language model (see tcrag_langgraph.testing)."),
         log_level: str = typer.Option("info", help="uvicorn log level."),
+        cap_max_steps: int = typer.Option(ServeCaps().max_steps, min=1, max=1000,
+                                          help="Largest max_steps a request may set."),
+        cap_max_new_tokens: int = typer.Option(ServeCaps().max_new_tokens, min=1, max=8192,
+                                               help="Largest max_new_tokens a request may set."),
+        cap_max_question_chars: int = typer.Option(ServeCaps().max_question_chars, min=1, max=10_000_000,
+                                                   help="Largest max_question_chars a request may set."),
+        cap_answer_format_items: int = typer.Option(ServeCaps().answer_format_items, min=1, max=10_000,
+                                                    help="Most answers a request's answer_format may list."),
     ) -> None:
         """Serve the agent over HTTP (LangServe): /tcrag/invoke, /stream, /stream_events, /playground/."""
         import uvicorn
@@ -462,7 +493,10 @@ def register(app: Any) -> None:
 
             graph = scripted_graph(scripted)
         application = create_app(graph=graph, tools=tools, checkpoint_db=checkpoint_db, users=users,
-                                 allowed_hosts=hosts, max_body_bytes=max_body_bytes, max_threads=max_threads)
+                                 allowed_hosts=hosts, max_body_bytes=max_body_bytes, max_threads=max_threads,
+                                 caps=ServeCaps(max_steps=cap_max_steps, max_new_tokens=cap_max_new_tokens,
+                                                max_question_chars=cap_max_question_chars,
+                                                answer_format_items=cap_answer_format_items))
         typer.echo(f"TC-RAG serving on http://{host}:{port}/tcrag (playground: /tcrag/playground/)"
                    + (f" [authentication: {len(users.users)} users]" if users else " [no authentication]")
                    + (" [SCRIPTED model: not a language model]" if scripted else ""), err=True)

@@ -14,6 +14,7 @@ from pydantic.json_schema import SkipJsonSchema
 
 # Identity is owned by the tools (EMR access control); the agent only carries it.
 from ..tools.identity import CALLER_KEY, CallerContext, caller_from_config
+from ..tools.layer.options import MAX_OUTPUT_TOKENS, MAX_TIMEOUT_S  # the tool layer's limits are ours
 
 __all__ = ["TCRAGConfig", "CallerContext", "DEFAULT_SIGMA", "resolve_config", "request_option_fields",
            "caller_from_config", "CALLER_KEY"]
@@ -51,8 +52,8 @@ class TCRAGConfig(BaseModel):
     )
     max_format_retries: int = Field(default=2, ge=0, le=20, description="Re-prompts after unparseable output, per step.")
     max_question_chars: int = Field(default=20_000, ge=1, description="Longer questions are refused.")
-    max_observation_tokens: int = Field(default=512, ge=16, description="Tool output is trimmed to this many tokens.")
-    tool_timeout_s: float = Field(default=60.0, gt=0, le=3600, description="Hard limit on one tool call.")
+    max_observation_tokens: int = Field(default=512, ge=16, le=MAX_OUTPUT_TOKENS, description="Tool output is trimmed to this many tokens.")
+    tool_timeout_s: float = Field(default=60.0, gt=0, le=MAX_TIMEOUT_S, description="Hard limit on one tool call.")
     enable_backtrack: bool = Field(default=True, description="Offer Backtrack (ablation switch).")
     enable_summary: bool = Field(default=True, description="Offer Summary (ablation switch).")
     enable_state_monitor: bool = Field(

@@ -46,6 +46,7 @@ from .kernel import RunKernel, build_arguments, default_scorer
 from .prompting import demonstrations, final_turn_text, system_prompt, turn_text
 from .run_input import extract_question, last_human_is, question_problem
 from .state import Action, ParsedAction, TCRAGState, TraceEvent, render_stack
+from ..tools.layer import with_egress_context
 from .transitions import HaltReason, Machine, Transition
 
 __all__ = ["build_graph", "question_problem", "EVENT_NAME", "NODE_NAMES", "HALT_REASONS"]
@@ -217,7 +218,8 @@ class _Machine(RunKernel):
             update["repeated_tool_calls"] = state.get("repeated_tool_calls", 0) + 1
             return Command(goto="Generate", update=update)
         work = self.counters(state)
-        record = self.call_tool(work, tool, tool_input, cfg, config)
+        # the record text on the stack goes with the call: outbound tools refuse to send it (tools/layer/egress.py)
+        record = self.call_tool(work, tool, tool_input, cfg, with_egress_context(config, state["stack"], self.tools))
         detail = json.dumps({"tool": tool.name, "input": tool_input, "error": record.error_kind},
                             ensure_ascii=False, default=str)
         t = transitions.tool_use(self.machine(state), record, content=pending.content, detail=detail)

@@ -13,7 +13,7 @@ from typing import Annotated, Any, Literal, Optional
 
 from langchain_core.messages import AnyMessage
 from langgraph.graph.message import add_messages
-from pydantic import BaseModel, Field
+from pydantic import BaseModel
 from typing_extensions import TypedDict
 
 __all__ = [
@@ -119,7 +119,9 @@ TOOL_OUTPUT_QUOTE = "│ "
 def fence_tool_output(text: str) -> str:
     """``text`` fenced and quoted line by line (the fence markers inside it cannot close the fence:
     every line of the body starts with the quote mark)."""
-    lines = (text or "").replace("\r\n", "\n").replace("\r", "\n").split("\n")
+    # str.splitlines() breaks at every line boundary a reader may honour (\n, \r, \r\n, VT, FF,
+    # FS, GS, RS, NEL, U+2028, U+2029): each piece becomes its own quoted line.
+    lines = (text or "").splitlines() or [""]
     return "\n".join([TOOL_OUTPUT_OPEN, *(TOOL_OUTPUT_QUOTE + line for line in lines), TOOL_OUTPUT_CLOSE])
 
 

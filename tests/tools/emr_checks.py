@@ -116,8 +116,8 @@ def parse_case_groups(text, labels):
         who = m["who"]
         sex = band = None
         if who != "any sex, any age":
-            word, band = re.fullmatch(r"(female|male), age (\S+)", who).groups()
-            sex = word[0].upper()
+            word, band = re.fullmatch(r"(female|male|any sex), age (\S+)", who).groups()
+            sex = None if word == "any sex" else word[0].upper()
         names = m["labels"].split(", ")
         assert len(names) == int(m["n"]) and int(m["of"]) == len(labels), m.group(0)
         out.append(SimpleNamespace(
@@ -128,4 +128,78 @@ def parse_case_groups(text, labels):
             abnormal_labs=() if m["labs"] == "none shared" else tuple(m["labs"].split(", ")),
             last_disposition=None if m["disp"] == "varies" else m["disp"],
         ))
+    return out
+
+
+# ---------------------------------------------------------------- the released table (issue 21), checked independently
+
+
+def latest_ages(rows):
+    """patient id -> age at the latest admission, from the generated rows."""
+    ages = {}
+    for a in rows["admissions"]:
+        ages[a["patient_id"]] = max(ages.get(a["patient_id"], 0), a["age_at_admit"])
+    return ages
+
+
+def span_of(label):
+    """'60-79' -> (60, 79); '90+' -> (90, 200)."""
+    if label.endswith("+"):
+        return int(label[:-1]), 200
+    low, high = label.split("-")
+    return int(low), int(high)
+
+
+def verify_release(release, rows, k):
+    """Every released group holds at least k patients, no patient is in two, and every attribute the
+    row shows is true of every member (recomputed from the generated rows)."""
+    facts, ages = facts_from_rows(rows), latest_ages(rows)
+    seen = set()
+    for g in release:
+        assert g.size >= k, g
+        assert not seen & set(g.members)
+        seen |= set(g.members)
+        for pid in g.members:
+            f = facts[pid]
+            assert g.sex is None or f.sex == g.sex
+            assert g.age_low <= ages[pid] <= g.age_high or (g.age_high >= 200 and ages[pid] >= g.age_low)
+            assert g.diagnoses <= f.diagnoses and g.medications <= f.medications and g.abnormal_labs <= f.abnormal_labs
+            assert g.last_disposition is None or f.last_disposition == g.last_disposition
+    return seen
+
+
+def widened(age_min, age_max):
+    low = 0 if age_min is None else min(age_min // 10 * 10, 90)
+    high = 200 if age_max is None else (200 if age_max >= 90 else age_max // 10 * 10 + 9)
+    return low, high
+
+
+def released_selection(release, prefixes, sex=None, age_min=None, age_max=None):
+    """The released groups a code query selects, recomputed here (not with the tool's function)."""
+    low, high = widened(age_min, age_max)
+    out = []
+    for g in release:
+        if (sex and g.sex != sex) or g.age_low < low or g.age_high > high:
+            continue
+        if any(c.startswith(p) for c in g.diagnoses for p in prefixes):
+            out.append(g)
+    return out
+
+
+def shown_supporters(case, facts, ages):
+    """Patients sharing every attribute a shown case states (sex, age span, diagnoses, medications,
+    abnormal labs, disposition), from the generated rows."""
+    low, high = span_of(case.age_band)
+    out = []
+    for pid, f in facts.items():
+        if case.sex is not None and f.sex != case.sex:
+            continue
+        if not low <= ages[pid] <= high:
+            continue
+        if not (set(case.diagnoses) <= f.diagnoses and set(case.medications) <= f.medications
+                and set(case.abnormal_labs) <= f.abnormal_labs):
+            continue
+        if case.last_disposition is not None and f.last_disposition != case.last_disposition:
+            continue
+        out.append(pid)
     return out

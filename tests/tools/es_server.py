@@ -1,8 +1,9 @@
 """Test helpers: a real Elasticsearch-API server (noida-db) and a misbehaving HTTP server, on loopback.
 
 ``NoidaElasticsearch`` starts ``noida-db start --only elasticsearch`` on a free 127.0.0.1 port with
-its own data folder, waits until ``/_cluster/health`` answers, and stops the process it started
-(by pid) on exit. ``FaultServer`` answers every request with HTTP 500, non-JSON junk, or not at
+its own data folder, waits until ``/_cluster/health`` answers, and on exit stops the process
+group it started (:func:`stop_process_group`: the wrapper and the server binary, waiting for both)
+before removing the folder. ``FaultServer`` answers every request with HTTP 500, non-JSON junk, or not at
 all (to provoke a client timeout).
 """
 
@@ -24,7 +25,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any, Optional
 
-__all__ = ["find_noida", "free_port", "NoidaElasticsearch", "FaultServer"]
+__all__ = ["find_noida", "free_port", "stop_process_group", "NoidaElasticsearch", "FaultServer"]
 
 
 def find_noida() -> Optional[str]:
@@ -39,6 +40,54 @@ def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return sock.getsockname()[1]
+
+
+def _group_alive(pgid: int) -> bool:
+    """Whether a process of group ``pgid`` still runs. Zombies do not count: they write nothing, and
+    an orphan's zombie may wait long for its reaper (PID 1 of some sandboxes reaps late)."""
+    proc = Path("/proc")
+    if not proc.is_dir():  # not Linux: any member, zombie or not
+        try:
+            os.killpg(pgid, 0)
+        except ProcessLookupError:
+            return False
+        return True
+    for entry in proc.iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+        except OSError:  # gone meanwhile
+            continue
+        fields = stat[stat.rindex(")") + 2:].split()  # after "pid (comm) ": state, ppid, pgrp, ...
+        if int(fields[2]) == pgid and fields[0] not in ("Z", "X"):
+            return True
+    return False
+
+
+def stop_process_group(process: subprocess.Popen, *, timeout: float = 10.0) -> None:
+    """Stop ``process`` and every process of its group (it was started with ``start_new_session``),
+    and return only when none is left: SIGTERM, then SIGKILL after ``timeout``.
+
+    Waiting for the started process alone is not enough: ``noida-db`` is a Python wrapper that dies
+    at once on SIGTERM while the server binary it runs (same group) shuts down for a while longer,
+    writing into its data folder; removing that folder then fails with "Directory not empty".
+    """
+    pgid = process.pid  # the leader of its own session and group
+    if _group_alive(pgid):
+        os.killpg(pgid, signal.SIGTERM)
+    deadline = time.monotonic() + timeout
+    for sig in (None, signal.SIGKILL):
+        if sig is not None and _group_alive(pgid):
+            os.killpg(pgid, sig)
+            deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if process.poll() is not None and not _group_alive(pgid):
+                return
+            time.sleep(0.05)
+    process.poll()
+    if _group_alive(pgid):
+        raise RuntimeError(f"process group {pgid} is still alive after SIGKILL")
 
 
 class NoidaElasticsearch:
@@ -83,14 +132,8 @@ class NoidaElasticsearch:
 
     def _stop(self) -> None:
         process, self._process = self._process, None
-        if process is None or process.poll() is not None:
-            return
-        os.killpg(process.pid, signal.SIGTERM)  # its own session: the group is just this server
-        try:
-            process.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            os.killpg(process.pid, signal.SIGKILL)
-            process.wait(timeout=10)
+        if process is not None:
+            stop_process_group(process)
 
     def __exit__(self, *exc: Any) -> None:
         self._stop()

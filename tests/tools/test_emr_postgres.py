@@ -40,7 +40,8 @@ if _missing:
 pytest.importorskip("psycopg", reason='the PostgreSQL driver psycopg 3 is not installed (pip install "psycopg[binary]")')
 
 from sqlalchemy import select, text  # noqa: E402
-from emr_checks import CodeMatcher, captured_sql, facts_from_rows, identifiers, parse_case_groups, supporters
+from emr_checks import (CodeMatcher, captured_sql, facts_from_rows, identifiers, latest_ages, parse_case_groups,
+                        released_selection, shown_supporters, verify_release)
 
 N, SEED = 300, 7
 K = 3  # the default min_cohort_size
@@ -173,7 +174,8 @@ def test_similar_results_are_substantial(pg_db):
     """The parity above compares real content: matches, statistics and case summaries."""
     out = pg_db.similar(codes=["I50", "I48"], limit=20)
     assert re.search(r": (\d+)-\d+ matching patients \(counts are ranges\)\.", out)
-    assert len(re.findall(r"^Case group \d+ \(\d+-\d+ patients, matching [12]/2: ", out, flags=re.M)) >= 8
+    groups = released_selection(pg_db.release(), ["I50", "I48"])
+    assert len(re.findall(r"^Case group \d+ \(\d+-\d+ patients, matching [12]/2: ", out, flags=re.M)) == len(groups) >= 3
     assert "abnormal labs " in out and "Most common medications: " in out
     assert "no group of at least 3 matching patients to show" in pg_db.similar(condition="xenotransplant rejection")
 
@@ -188,24 +190,25 @@ def test_small_cohorts_are_withheld_on_postgres(pg_url):
 
 
 def test_k_anonymity_holds_identically_on_postgres(pg_db, sqlite_db, pg_tool, sqlite_tool, rows):
-    """Every code pair the old ranking singled out: same matches, same answer, only groups of >= k."""
-    facts, match = facts_from_rows(rows), CodeMatcher(rows)
+    """Every code pair the old ranking singled out: the same release, the same answer, only groups of >= k."""
+    facts, ages, match = facts_from_rows(rows), latest_ages(rows), CodeMatcher(rows)
+    assert pg_db.release() == sqlite_db.release()
+    verify_release(pg_db.release(), rows, K)
     codes = sorted({d["icd_code"] for d in rows["diagnoses"]})
     by_pair = {pair: match(pair) for pair in combinations(codes, 2)}
     rare = [p for p, m in by_pair.items() if sum(len(hit) == 2 for hit, _a in m.values()) == 1 and len(m) >= K]
     assert ("A41.9", "E11.22") in rare and len(rare) >= 50
     for pair in rare:
-        matched = by_pair[pair]
-        _labels, found = pg_db.matching_patients(codes=list(pair))
-        assert sorted((sorted(m.criteria), m.age) for m in found) == sorted((sorted(h), a) for h, a in matched.values())
         query = {"operation": "similar", "codes": list(pair), "limit": 20}
         out = pg_tool.invoke(query)
         assert out == sqlite_tool.invoke(query)
-        assert f": {count_bucket(len(matched), K)} matching patients" in out
-        shown = parse_case_groups(out, list(pair))
-        assert shown
-        for case in shown:
-            assert len(case.criteria) == 1 and len(supporters(case, matched, facts)) >= case.low >= K, (pair, case)
+        released = sum(g.size for g in released_selection(pg_db.release(), pair))
+        if released < K:
+            assert "Case group" not in out
+            continue
+        assert f": {count_bucket(released, K)} matching patients" in out
+        for case in parse_case_groups(out, list(pair)):
+            assert len(shown_supporters(case, facts, ages)) >= case.low >= K, (pair, case)
     assert pg_db.patient_facts() == sqlite_db.patient_facts() == facts
 
 

@@ -8,10 +8,10 @@
   plausible comorbidity clusters, medications and lab values. All people are fictitious.
 * :mod:`.database`: :class:`EMRDatabase`, the engine and the parameterised queries. Every query
   uses bound parameters; model text never becomes SQL.
-* :mod:`.anonymity`: what similar-patient search may show. Matching patients are grouped by the
-  criteria they match, sex and 10-year age band; only groups of at least ``min_cohort_size``
-  patients are shown, each as one case with only the facts all its patients share; counts are
-  ranges, small cells are left out, and "too few" reads exactly like "none" (rule in that module).
+* :mod:`.anonymity`: what similar-patient search may show. Patients are partitioned once into a
+  released table of groups of at least ``min_cohort_size``, each one row of what all its members
+  share; answers are computed from those rows only (ages by whole 10-year bands), so no two
+  queries differ by fewer than ``min_cohort_size`` patients; counts are ranges.
 * :mod:`.redaction`: :class:`Redactor`. Names, MRNs, exact birth dates, addresses and phone numbers
   never leave the tool: they are not selected into summaries, and look-ups are scrubbed of them
   (the free-text notes carry them).

@@ -1,4 +1,18 @@
-"""What similar-patient search may show: k-anonymous case groups and coarsened counts.
+"""What similar-patient search may show: a released table of k-anonymous groups, and coarsened counts.
+
+**What the EMR tool uses (issue 21)**: :func:`release_groups` partitions every patient once (per
+database) into groups of at least k = ``min_cohort_size``; each group is published as one row of
+what all its members share (sex or "any sex", an age span of whole 10-year bands at the latest
+admission, diagnoses, medications, abnormal-lab directions, disposition). :func:`select_released`
+answers a query from those rows only (a criterion matches a row through a shared diagnosis; an age
+range is widened to whole bands; a filter keeps a row only if all its members satisfy it) and
+:func:`render_released` writes the answer from the selected rows only. So the patient sets behind
+any two answers differ by whole groups of at least k: no pair of queries (codes, condition, sex,
+ages) can difference below k. The cost: a patient's diagnosis that the rest of their group lacks is
+not searchable.
+
+The per-query rule below (:func:`select_case_groups`, :func:`render_similar`) is what the tool used
+before; it is kept for reference and its tests, and is not used by EMR_SEARCH.
 
 The rule, with k = ``min_cohort_size`` (3 by default):
 
@@ -29,7 +43,7 @@ from __future__ import annotations
 
 from collections import Counter, defaultdict
 from dataclasses import dataclass
-from typing import Iterable, Mapping, Optional, Sequence
+from typing import Callable, Iterable, Mapping, Optional, Sequence
 
 __all__ = [
     "PatientFacts",
@@ -212,6 +226,209 @@ def render_similar(
             f"{matched_labels}): {who}. Shared by all: diagnoses {diagnoses}; "
             f"medications {', '.join(g.medications[:6]) or 'none shared'}; "
             f"abnormal labs {', '.join(g.abnormal_labs[:6]) or 'none shared'}; "
+            f"last discharge {g.last_disposition or 'varies'}."
+        )
+    return "\n".join(lines)
+
+
+# ------------------------------------------------------------------ the released table (issue 21)
+# Similar-patient answers are computed only from a table released once per database: patients are
+# partitioned into groups of at least k, and each group is one row of what all its members share.
+# Any answer is then a function of whole rows, so two answers (any criteria, sex, ages) are computed
+# from patient sets that differ by whole groups of at least k: no pair of queries can difference
+# below k.
+
+#: Published age bands: ten years each, 90 and over one band (see :func:`age_band`).
+AGE_BAND_STARTS = tuple(range(0, 100, 10))
+
+
+def _band_span(age: int) -> tuple[int, int]:
+    low = min(age // 10 * 10, 90)
+    return (low, 200) if low == 90 else (low, low + 9)
+
+
+def span_label(low: int, high: int) -> str:
+    """``60-69``, ``60-79`` (a group over two bands) or ``90+``.
+
+    Example:
+        >>> span_label(60, 79), span_label(90, 200), span_label(80, 200)
+        ('60-79', '90+', '80+')
+    """
+    return f"{low}+" if high >= 200 else f"{low}-{high}"
+
+
+@dataclass(frozen=True)
+class ReleasedGroup:
+    """One row of the released table: at least k patients and what all of them share.
+
+    ``members`` (patient ids) stay inside the tool: they are never shown, only counted.
+    ``sex`` is ``None`` when the group mixes sexes; ``age_low``/``age_high`` span whole bands.
+    """
+
+    members: tuple[str, ...]
+    sex: Optional[str]
+    age_low: int
+    age_high: int
+    diagnoses: frozenset[str]
+    medications: frozenset[str]
+    abnormal_labs: frozenset[str]
+    last_disposition: Optional[str]
+
+    @property
+    def size(self) -> int:
+        return len(self.members)
+
+    @property
+    def age_label(self) -> str:
+        return span_label(self.age_low, self.age_high)
+
+
+class _Class:
+    __slots__ = ("members", "sexes", "low", "high", "dx")
+
+    def __init__(self, members: list[str], sexes: set[str], low: int, high: int, dx: frozenset[str]) -> None:
+        self.members, self.sexes, self.low, self.high, self.dx = members, sexes, low, high, dx
+
+    def key(self) -> tuple:
+        return (len(self.members), sorted(self.sexes), self.low, sorted(self.dx), self.members[0])
+
+
+def release_groups(patients: Mapping[str, tuple[int, PatientFacts]], *, k: int) -> list[ReleasedGroup]:
+    """Partition ``patients`` (id -> (age, facts)) into groups of at least ``k``; patients that cannot
+    form one (fewer than ``k`` in all) are left out of the release.
+
+    Start from classes of identical (sex, age band, diagnoses); while a class is smaller than ``k``,
+    merge the smallest one into the class whose merge loses the fewest shown facts (patient-diagnosis
+    pairs no longer shared, plus one per decade the age span widens and one if sex is generalised),
+    preferring another small class, then a fixed order. Deterministic: the same patients give the same release.
+
+    Example:
+        >>> f = lambda s, dx: PatientFacts(s, frozenset(dx), frozenset(), frozenset(), "HOME")
+        >>> pts = {f"P{i}": (60 + i, f("F", ["I10"])) for i in range(3)}
+        >>> [(g.size, g.sex, g.age_label, sorted(g.diagnoses)) for g in release_groups(pts, k=3)]
+        [(3, 'F', '60-69', ['I10'])]
+    """
+    if k < 1:
+        raise ValueError("k must be at least 1")
+    if len(patients) < k:
+        return []
+    start: dict[tuple, list[str]] = defaultdict(list)
+    for pid in sorted(patients):
+        age, facts = patients[pid]
+        start[(facts.sex, _band_span(age), facts.diagnoses)].append(pid)
+    classes = [_Class(list(m), {sex}, span[0], span[1], dx) for (sex, span, dx), m in start.items()]
+    while True:
+        small = [c for c in classes if len(c.members) < k]
+        if not small:
+            break
+        this = min(small, key=_Class.key)
+        others = [c for c in classes if c is not this]
+
+        def score(c: _Class) -> tuple:
+            # facts lost (patient-diagnosis pairs no longer shared, decades the span widens, a sex generalised),
+            # then a small class before a full one, then a fixed order
+            shared = len(this.dx & c.dx)
+            lost = len(this.members) * (len(this.dx) - shared) + len(c.members) * (len(c.dx) - shared)
+            widened = (max(c.high, this.high) - min(c.low, this.low)) - max(c.high - c.low, this.high - this.low)
+            return (lost + widened // 10 + (c.sexes != this.sexes), len(c.members) >= k, *_Class.key(c))
+
+        best = min(others, key=score)
+        best.members = sorted(best.members + this.members)
+        best.sexes |= this.sexes
+        best.low, best.high = min(best.low, this.low), max(best.high, this.high)
+        best.dx = best.dx & this.dx
+        classes = others
+    groups = []
+    for c in classes:
+        facts = [patients[pid][1] for pid in c.members]
+        dispositions = {f.last_disposition for f in facts}
+        groups.append(ReleasedGroup(
+            members=tuple(c.members), sex=next(iter(c.sexes)) if len(c.sexes) == 1 else None,
+            age_low=c.low, age_high=c.high, diagnoses=c.dx,
+            medications=frozenset.intersection(*(f.medications for f in facts)),
+            abnormal_labs=frozenset.intersection(*(f.abnormal_labs for f in facts)),
+            last_disposition=dispositions.pop() if len(dispositions) == 1 else None))
+    return sorted(groups, key=lambda g: (g.sex or "~", g.age_low, g.age_high, sorted(g.diagnoses), g.members))
+
+
+def widen_to_bands(age_min: Optional[int], age_max: Optional[int]) -> tuple[int, int]:
+    """An asked age range widened to whole published bands (``age_max`` 48 reads as 49, 50 as 59).
+
+    Example:
+        >>> widen_to_bands(45, 48), widen_to_bands(None, 95), widen_to_bands(62, None)
+        ((40, 49), (0, 200), (60, 200))
+    """
+    low = 0 if age_min is None else _band_span(max(0, age_min))[0]
+    high = 200 if age_max is None else _band_span(max(0, age_max))[1]
+    return low, high
+
+
+def select_released(groups: Sequence[ReleasedGroup], criteria: Sequence[Callable[[str], bool]], *,
+                    sex: Optional[str], age_min: Optional[int], age_max: Optional[int]
+                    ) -> list[tuple[frozenset[int], ReleasedGroup]]:
+    """The released groups a query selects, with the criteria (indices) each one matches.
+
+    A group matches a criterion when one of the diagnoses all its members share satisfies it; a
+    ``sex`` filter keeps groups of that sex only; an age range (widened to whole bands) keeps groups
+    whose whole age span lies inside it. Only the rows are read: never a patient.
+    """
+    low, high = widen_to_bands(age_min, age_max)
+    out = []
+    for g in groups:
+        if sex is not None and g.sex != sex:
+            continue
+        if g.age_low < low or g.age_high > high:
+            continue
+        hit = frozenset(i for i, matches in enumerate(criteria) if any(matches(code) for code in g.diagnoses))
+        if hit:
+            out.append((hit, g))
+    return out
+
+
+def render_released(header: str, labels: Sequence[str], selected: Sequence[tuple[frozenset[int], ReleasedGroup]],
+                    *, k: int, limit: int, titles: Mapping[str, str]) -> str:
+    """The observation for a similar-patient query, computed from the selected released rows only."""
+    total = sum(g.size for _, g in selected)
+    if total < k:  # no row matches (a row always holds at least k)
+        return withheld_message(header, k)
+    lines = [f"{header}: {count_bucket(total, k)} matching patients (counts are ranges)."]
+    sexes: Counter = Counter()
+    bands: Counter = Counter()
+    dx: Counter = Counter()
+    rx: Counter = Counter()
+    for _, g in selected:
+        if g.sex is not None:
+            sexes[_SEX_WORD.get(g.sex, g.sex)] += g.size
+        bands[g.age_label] += g.size
+        for code in g.diagnoses:
+            dx[code] += g.size
+        for drug in g.medications:
+            rx[drug] += g.size
+    sex_cells = _cells(sexes, k, 2)
+    band_cells = sorted(_cells(bands, k, 10), key=lambda cell: int(cell[0].split("-")[0].rstrip("+")))
+    cohort = ", ".join(f"{s} {n}" for s, n in sex_cells) or "sex not shown (mixed groups)"
+    lines.append(f"Cohort: {cohort}; age bands: " + (", ".join(f"{b} ({n})" for b, n in band_cells) or "not shown") + ".")
+    top_dx = _cells(dx, k, 6)
+    if top_dx:
+        lines.append("Most common diagnoses: " + "; ".join(f"{_titled(c, titles)} ({n})" for c, n in top_dx) + ".")
+    top_rx = _cells(rx, k, 6)
+    if top_rx:
+        lines.append("Most common medications: " + "; ".join(f"{d} ({n})" for d, n in top_rx) + ".")
+
+    def rank(item: tuple[frozenset[int], ReleasedGroup]) -> tuple:
+        hit, g = item
+        low = int(count_bucket(g.size, k).split("-")[0])
+        return (-len(hit), -low, sorted(hit), g.sex or "~", g.age_low, g.age_high, sorted(g.diagnoses))
+
+    for i, (hit, g) in enumerate(sorted(selected, key=rank)[:limit], 1):
+        matched_labels = ", ".join(labels[j] for j in sorted(hit))
+        who = f"{_SEX_WORD.get(g.sex, g.sex) if g.sex else 'any sex'}, age {g.age_label}"
+        diagnoses = "; ".join(_titled(c, titles) for c in sorted(g.diagnoses)[:6]) or "none shared"
+        lines.append(
+            f"Case group {i} ({count_bucket(g.size, k)} patients, matching {len(hit)}/{len(labels)}: "
+            f"{matched_labels}): {who}. Shared by all: diagnoses {diagnoses}; "
+            f"medications {', '.join(sorted(g.medications)[:6]) or 'none shared'}; "
+            f"abnormal labs {', '.join(sorted(g.abnormal_labs)[:6]) or 'none shared'}; "
             f"last discharge {g.last_disposition or 'varies'}."
         )
     return "\n".join(lines)

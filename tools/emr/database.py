@@ -17,7 +17,8 @@ from sqlalchemy.engine import Engine, make_url
 from sqlalchemy.pool import StaticPool
 
 from ..layer import ToolFailure
-from .anonymity import MatchedPatient, PatientFacts, render_similar
+from .anonymity import (MatchedPatient, PatientFacts, ReleasedGroup, release_groups, render_released, select_released,
+                        span_label, widen_to_bands)
 from .cohort import generate_cohort, load_profiles
 from .redaction import Redactor
 from .schema import SCHEMA_VERSION, admissions, d_icd_diagnoses, diagnoses, emr_meta, labs, medications, metadata, patients
@@ -64,6 +65,8 @@ class EMRDatabase:
             raise ValueError("min_cohort_size must be at least 1")
         self.min_cohort_size = min_cohort_size
         self._lock = threading.RLock() if url is None else None
+        self._release: Optional[list[ReleasedGroup]] = None
+        self._release_lock = threading.Lock()
         if url is None:
             # one shared connection, or each thread would see its own empty in-memory database
             self.engine: Engine = create_engine(
@@ -98,6 +101,7 @@ class EMRDatabase:
                  {"key": "seed", "value": str(seed)},
                  {"key": "n_patients", "value": str(len(rows.get("patients", [])))}],
             )
+        self._release = None  # the released table is rebuilt from the new rows
 
     def count_patients(self) -> int:
         with self._locked(), self.engine.connect() as conn:
@@ -181,15 +185,58 @@ class EMRDatabase:
         age_max: Optional[int] = None,
         limit: int = 5,
     ) -> str:
-        """Bucketed cohort statistics and k-anonymous case groups of patients matching any criterion."""
-        labels, matched = self.matching_patients(codes=codes, condition=condition, sex=sex, age_min=age_min,
-                                                 age_max=age_max)
+        """Bucketed cohort statistics and case groups, computed only from the released table
+        (:meth:`release`): groups of at least ``min_cohort_size`` patients matching any criterion."""
+        matchers, labels = self._matchers(codes, condition)
+        selected = select_released(self.release(), matchers, sex=sex, age_min=age_min, age_max=age_max)
         demo = [f"sex {sex}"] if sex else []
         if age_min is not None or age_max is not None:
-            demo.append(f"age {age_min if age_min is not None else 0}-{age_max if age_max is not None else 'any'}")
+            low, high = widen_to_bands(age_min, age_max)
+            demo.append(f"age {span_label(low, high)}, whole 10-year bands")
         header = f"Similar patients for {', '.join(labels)}" + (f" ({', '.join(demo)})" if demo else "")
-        return render_similar(header, labels, matched, k=self.min_cohort_size, limit=limit,
-                              titles=self.diagnosis_titles())
+        return render_released(header, labels, selected, k=self.min_cohort_size, limit=limit,
+                               titles=self.diagnosis_titles())
+
+    def release(self) -> list[ReleasedGroup]:
+        """The released table similar-patient search reads (built once per database, then reused):
+        every patient's sex, age band at their latest admission and facts, partitioned into groups
+        of at least ``min_cohort_size`` (:func:`~.anonymity.release_groups`)."""
+        with self._release_lock:
+            if self._release is None:
+                with self._locked(), self.engine.connect() as conn:
+                    ages = dict(conn.execute(
+                        select(admissions.c.patient_id, func.max(admissions.c.age_at_admit)).group_by(admissions.c.patient_id)
+                    ).all())
+                    facts = self._facts(conn, select(patients.c.patient_id))
+                people = {pid: (int(ages[pid]), f) for pid, f in facts.items() if pid in ages}
+                self._release = release_groups(people, k=self.min_cohort_size)
+            return self._release
+
+    def _matchers(self, codes: Sequence[str], condition: Optional[str]) -> tuple[list[Any], list[str]]:
+        """One test on a diagnosis code per query criterion, and how each is named in the answer."""
+        matchers: list[Any] = []
+        labels: list[str] = []
+        for code in codes:  # "E11" or "E11.6" also match their subcodes
+            matchers.append(lambda c, p=code: c.startswith(p))
+            labels.append(code)
+        if condition:
+            words = [w for w in re.findall(r"[a-z0-9]+", condition.lower()) if len(w) > 2 and w not in _STOPWORDS][:6]
+            if words:
+                # each word must start a word of the title ("diabet" finds "diabetes", "or" finds nothing)
+                title = literal(" ") + func.lower(d_icd_diagnoses.c.long_title)
+                query = select(d_icd_diagnoses.c.icd_code).where(
+                    and_(*[or_(*[title.like(f"%{sep}{_like_escape(w)}%", escape="\\") for sep in (" ", "(", "-", "[")])
+                           for w in words]))
+                with self._locked(), self.engine.connect() as conn:
+                    found = frozenset(conn.execute(query).scalars())
+                matchers.append(lambda c, s=found: c in s)
+                labels.append(f'"{condition}"')
+        if not matchers:
+            if condition:
+                raise ToolFailure("bad_input", f"the condition {condition!r} has no searchable words; "
+                                  "use words of a diagnosis (e.g. 'heart failure') or ICD-10-CM codes")
+            raise ToolFailure("bad_input", "give at least one ICD-10-CM code or a condition phrase")
+        return matchers, labels
 
     def diagnosis_titles(self) -> dict[str, str]:
         """ICD-10-CM code -> description, for every code the database knows."""

@@ -33,8 +33,8 @@ EMR_SEARCH_DESCRIPTION = (
     "Search electronic medical records. Two operations: "
     '(1) similar patients: {"operation": "similar", "codes": ["E11.9"], "condition": "heart failure", '
     '"sex": "F", "age_min": 60, "age_max": 80, "limit": 3} (codes are ICD-10-CM; give codes and/or a condition '
-    "phrase; returns cohort statistics as count ranges and de-identified case groups of at least a few patients "
-    "each, showing what all of them share); "
+    "phrase; ages are matched by whole 10-year bands; returns cohort statistics as count ranges and de-identified "
+    "case groups of at least a few patients each, showing what all of them share); "
     '(2) one patient\'s record: {"operation": "lookup", "patient_id": "P00042"} (only patients you are '
     'allowed to see). Plain text also works, e.g. "patients with E11.9, female, aged 60-80" or "record of P00042".'
 )
@@ -42,7 +42,7 @@ EMR_SEARCH_DESCRIPTION = (
 #: The layer options EMR_SEARCH uses when none are given: a local database answers fast, and only a
 #: connection-level database error (raised as a retryable ToolFailure) is worth one more attempt.
 EMR_TOOL_OPTIONS = ToolOptions(timeout_s=15.0, retries=1, backoff=0.2, max_output_tokens=800, cache_size=0,
-                               transient=())
+                               transient=(), holds_records=True)
 
 
 def emr_tool(
@@ -86,8 +86,9 @@ def emr_tool(
         except (DBAPIError, SQLAlchemyError) as exc:
             raise ToolFailure("internal", f"EMR database error ({type(exc).__name__})") from None
 
+    # holds_records always: its output is patient-record text, whatever options were given (layer.egress)
     return make_tool(name, description, run, args_schema=EMRInput, options=options, text_parser=parse_emr_text,
-                     secrets=options.secrets + db.secrets)
+                     secrets=options.secrets + db.secrets, holds_records=True)
 
 
 def _build_sqlite_file(path: Path, n_patients: int, seed: int) -> None:

@@ -108,8 +108,8 @@ class _RemoteBackend:
     Credentials (``user:password@`` in the endpoint URL, sent as HTTP basic auth, and every value
     of ``headers``) reach the endpoint's origin only: redirects to another origin are followed
     without them (:func:`~tcrag_langgraph.tools.secrets.guarded_httpx_client`). Error messages
-    name the endpoint without its userinfo, quote at most 300 characters of an error body after
-    :func:`~tcrag_langgraph.tools.secrets.scrub_secrets`, and :attr:`secrets` lists the
+    name the endpoint without its userinfo, quote at most 300 characters of an error body, cut
+    after :func:`~tcrag_langgraph.tools.secrets.scrub_secrets` ran over it, and :attr:`secrets` lists the
     credentials for the tool layer's scrubber.
     """
 
@@ -173,7 +173,9 @@ class _RemoteBackend:
             reason = scrub_secrets(str(exc) or type(exc).__name__, self.secrets)
             raise KGQueryError("unavailable", f"SPARQL endpoint {self.endpoint} unreachable: {reason}", retryable=True) from None
         if response.status_code >= 400:
-            detail = scrub_secrets(body[:300].decode("utf-8", "replace").strip(), self.secrets)
+            # Scrub first, then cut: a credential straddling the cut would otherwise survive in part.
+            # (Only the first 64 KiB are scrubbed and quoted from: far past the cut, so that bound cuts no shown secret.)
+            detail = scrub_secrets(body[:65536].decode("utf-8", "replace"), self.secrets).strip()[:300]
             retry = response.status_code >= 500 or response.status_code == 429
             raise KGQueryError(
                 "unavailable" if retry else "bad_response",

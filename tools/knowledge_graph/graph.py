@@ -109,6 +109,11 @@ class KnowledgeGraph:
         return self._backend.describe_source()
 
     @property
+    def sends_off_machine(self) -> bool:
+        """Whether queries go to a remote SPARQL endpoint (the tool layer's egress rule applies)."""
+        return isinstance(self._backend, _RemoteBackend)
+
+    @property
     def secrets(self) -> tuple[str, ...]:
         """Credentials of the backend (a remote endpoint's user, password and header values), for scrubbing."""
         return tuple(getattr(self._backend, "secrets", ()))

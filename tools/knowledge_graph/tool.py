@@ -122,6 +122,8 @@ def knowledge_graph_tool(
         args_schema=KGQuery,
         options=options,
         primary_field=overrides.get("primary_field", "query"),
+        # a remote endpoint makes the tool outbound (layer.egress); a factory's graph is not known here
+        sends_off_machine=options.sends_off_machine or (isinstance(kg, KnowledgeGraph) and kg.sends_off_machine),
         # a graph given up front hands its credentials to the layer's scrubber (a factory's are unknown here)
         secrets=(*options.secrets, *(kg.secrets if isinstance(kg, KnowledgeGraph) else ())),
     )

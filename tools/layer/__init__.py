@@ -13,7 +13,8 @@ or raise one of the ``transient`` exception types to be retried with exponential
 
 Rooms: :mod:`.repair` (input repair), :mod:`.options` (ToolOptions, ToolFailure), :mod:`.pool`
 (the deadline and the shared thread pool), :mod:`.outcome` (ToolOutcome, trimming, error typing),
-:mod:`.tool` (LayeredTool, make_tool), :mod:`.pipeline` (invoke_tool). Secrets are scrubbed by
+:mod:`.tool` (LayeredTool, make_tool), :mod:`.pipeline` (invoke_tool), :mod:`.egress` (record text
+never leaves through an outbound tool unless the operator allows it). Secrets are scrubbed by
 :mod:`tcrag_langgraph.tools.secrets`.
 
 Example:
@@ -34,6 +35,7 @@ Example:
 from __future__ import annotations
 
 from ..base import ToolError
+from .egress import RECORDS_KEY, with_egress_context
 from .options import ToolFailure, ToolOptions
 from .outcome import ToolOutcome, is_tool_error
 from .pipeline import ainvoke_tool, invoke_tool
@@ -54,4 +56,6 @@ __all__ = [
     "repair_input",
     "InputRepairError",
     "TOOL_POOL_WORKERS",
+    "RECORDS_KEY",
+    "with_egress_context",
 ]

@@ -6,7 +6,13 @@ from typing import Any, Optional
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-__all__ = ["ToolFailure", "ToolOptions"]
+__all__ = ["ToolFailure", "ToolOptions", "MAX_OUTPUT_TOKENS", "MAX_TIMEOUT_S"]
+
+#: The largest token budget of one observation or error the layer accepts (``ToolOptions``,
+#: ``invoke_tool``); an agent's own option for it (``TCRAGConfig.max_observation_tokens``) uses the same.
+MAX_OUTPUT_TOKENS = 100_000
+#: The longest one tool call may be given, in seconds (same rule).
+MAX_TIMEOUT_S = 3600.0
 
 
 class ToolFailure(Exception):
@@ -42,12 +48,12 @@ class ToolOptions(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True, arbitrary_types_allowed=True)
 
-    timeout_s: float = Field(default=30.0, gt=0, le=3600, description="Wall-clock limit of one tool call, retries included.")
+    timeout_s: float = Field(default=30.0, gt=0, le=MAX_TIMEOUT_S, description="Wall-clock limit of one tool call, retries included.")
     retries: int = Field(default=2, ge=0, le=10, description="Extra attempts after a transient failure.")
     backoff: float = Field(default=0.5, ge=0, le=60, description="First backoff wait in seconds; doubles per retry.")
     max_backoff: float = Field(default=8.0, ge=0, le=300)
     max_output_tokens: int = Field(
-        default=512, ge=1, le=100_000, description="Token budget of an observation and of an error message."
+        default=512, ge=1, le=MAX_OUTPUT_TOKENS, description="Token budget of an observation and of an error message."
     )
     cache_size: int = Field(default=0, ge=0, le=100_000, description="LRU entries of successful results; 0 = no cache.")
     transient: tuple[type[BaseException], ...] = Field(default=(ConnectionError,), description="Exception types worth a retry.")
@@ -55,6 +61,12 @@ class ToolOptions(BaseModel):
     secrets: tuple[str, ...] = Field(
         default=(), repr=False, description="Strings scrubbed (in every encoding) from observations, errors and logs."
     )
+    holds_records: bool = Field(
+        default=False, description="The tool returns patient-record text (EMR_SEARCH): see the egress rule (layer.egress).")
+    sends_off_machine: bool = Field(
+        default=False, description="The tool sends its input off this machine (a remote search provider or endpoint).")
+    allow_record_egress: bool = Field(
+        default=False, description="Operator's permission for this outbound tool to send record text; off by default.")
 
     @field_validator("transient", mode="before")
     @classmethod

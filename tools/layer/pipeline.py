@@ -26,7 +26,7 @@ from langchain_core.runnables import RunnableConfig
 from langchain_core.tools import BaseTool
 
 from ..base import ToolError
-from .options import ToolOptions
+from .options import MAX_OUTPUT_TOKENS, MAX_TIMEOUT_S, ToolOptions
 from .outcome import ToolOutcome, bounded_error, bounded_observation, content_text, tool_error
 from .pool import CallLimits, DeadlineExceeded, arun_before_deadline, call_limits, run_before_deadline
 from .tool import LayeredTool
@@ -37,10 +37,10 @@ _DEFAULTS = ToolOptions()
 
 
 def _limits(timeout_s: Optional[float], max_output_tokens: Optional[int]) -> tuple[float, int]:
-    if timeout_s is not None and not (isinstance(timeout_s, (int, float)) and 0 < timeout_s <= 3600):
-        raise ValueError(f"timeout_s must be a number of seconds in (0, 3600], got {timeout_s!r}")
-    if max_output_tokens is not None and not (isinstance(max_output_tokens, int) and 1 <= max_output_tokens <= 100_000):
-        raise ValueError(f"max_output_tokens must be an int in [1, 100000], got {max_output_tokens!r}")
+    if timeout_s is not None and not (isinstance(timeout_s, (int, float)) and 0 < timeout_s <= MAX_TIMEOUT_S):
+        raise ValueError(f"timeout_s must be a number of seconds in (0, {MAX_TIMEOUT_S:g}], got {timeout_s!r}")
+    if max_output_tokens is not None and not (isinstance(max_output_tokens, int) and 1 <= max_output_tokens <= MAX_OUTPUT_TOKENS):
+        raise ValueError(f"max_output_tokens must be an int in [1, {MAX_OUTPUT_TOKENS}], got {max_output_tokens!r}")
     return (timeout_s or _DEFAULTS.timeout_s, max_output_tokens or _DEFAULTS.max_output_tokens)
 
 

@@ -21,6 +21,7 @@ from tenacity import AsyncRetrying, Retrying, retry_if_exception, stop_after_att
 from ..base import ToolError
 from ..identity import caller_from_config
 from ..secrets import protect_logs, scrub_secrets
+from .egress import egress_problem
 from .options import ToolFailure, ToolOptions
 from .outcome import bounded_error, bounded_observation, tool_error
 from .pool import DeadlineExceeded, arun_before_deadline, current_limits, run_before_deadline
@@ -216,6 +217,10 @@ class LayeredTool(BaseTool):
         if isinstance(prepared, ToolError):
             return prepared
         args, key = prepared
+        if options.sends_off_machine and not options.allow_record_egress:
+            refused = egress_problem(self.name, args, config)  # the egress rule (layer.egress)
+            if refused:
+                return self._error(options, "egress_refused", refused)
         hit = self._cached(key, options)
         return hit if hit is not None else (args, key, deadline)
 

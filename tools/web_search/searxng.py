@@ -32,6 +32,9 @@ class SearxngProvider:
     """
 
     name = "searxng"
+    #: A metasearch server forwards every query to outside search engines: record text must not reach
+    #: it unless the operator allows (the tool layer's egress rule, ``ToolOptions.allow_record_egress``).
+    sends_off_machine = True
 
     def __init__(
         self,

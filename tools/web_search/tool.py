@@ -93,7 +93,10 @@ def web_tool(
         afunc=afunc,
         args_schema=WebSearchInput,
         options=options,
-        **{"transient": (ConnectionError,), "primary_field": "query", **overrides},
+        # a provider that sends queries off the machine (SearxNG) makes the tool outbound (layer.egress)
+        **{"transient": (ConnectionError,), "primary_field": "query",
+           "sends_off_machine": bool(getattr(provider, "sends_off_machine", False)) or options.sends_off_machine,
+           **overrides},
         secrets=(*overrides.get("secrets", options.secrets), *(getattr(provider, "secrets", ()) or ())),
     )
 

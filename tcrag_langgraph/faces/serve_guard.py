@@ -1,0 +1,173 @@
+"""What ``tcrag serve`` accepts from a request before LangServe or the agent see it.
+
+* :func:`input_problem`: the shape of ``input`` (``/invoke``, ``/stream``, ``/stream_log``,
+  ``/stream_events``) and of every item of ``inputs`` (``/batch``): a chat input
+  ``{"messages": [...]}`` whose messages each name a known ``type`` and hold text (a string, or a
+  list of parts where a ``text`` part's ``text`` is a string). Anything
+  else is a 422 with the reason, instead of an exception inside LangServe (a 500 that also reset the
+  keep-alive connection).
+* :class:`ServeCaps`: the operator's caps on the options a client may set per request that cost
+  server time (``max_steps``, ``max_new_tokens``, ``max_question_chars``, the size of
+  ``answer_format``). They come from the server's configuration (``create_app(caps=...)``,
+  ``tcrag serve --cap-...``), never from a request; a request over a cap is a 422 naming the cap.
+* :func:`recursion_limit_for`: the LangGraph ``recursion_limit`` a served run gets. LangServe runs
+  every request with LangChain's default of 25 super-steps, which a run of 12 actions (the default
+  ``max_steps``) already exceeds; the limit given here is above the longest run any valid
+  :class:`~tcrag_langgraph.machine.config.TCRAGConfig` allows, so every run ends by the graph's own halt
+  (``max_steps``, a validated Conclusion, a format error), never by the recursion limit.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Optional
+
+from pydantic import BaseModel, ConfigDict, Field
+
+__all__ = ["ServeCaps", "input_problem", "caps_problem", "recursion_limit_for", "MESSAGE_TYPES", "RUN_PATHS"]
+
+#: Message ``type`` values LangChain's message union accepts.
+MESSAGE_TYPES = frozenset({"human", "ai", "system", "tool", "function", "chat", "AIMessageChunk",
+                           "HumanMessageChunk", "SystemMessageChunk", "ToolMessageChunk", "FunctionMessageChunk",
+                           "ChatMessageChunk"})
+#: The LangServe routes (under the app's path) whose body carries ``input``; ``batch`` carries ``inputs``.
+RUN_PATHS = ("invoke", "stream", "stream_log", "stream_events")
+
+
+class ServeCaps(BaseModel):
+    """The operator's caps on per-request cost options (server configuration, never a request).
+
+    Example:
+        >>> caps = ServeCaps(max_steps=20)
+        >>> caps_problem({"max_steps": 30}, caps)
+        'max_steps 30 is over the cap of this server (20; set by its operator)'
+        >>> caps_problem({"max_steps": 20, "answer_format": ["yes", "no"]}, caps) is None
+        True
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    max_steps: int = Field(default=50, ge=1, le=1000, description="Largest max_steps a request may ask for.")
+    max_new_tokens: int = Field(default=1024, ge=1, le=8192, description="Largest max_new_tokens a request may ask for.")
+    max_question_chars: int = Field(default=20_000, ge=1, le=10_000_000,
+                                    description="Largest max_question_chars a request may ask for.")
+    answer_format_items: int = Field(default=64, ge=1, le=10_000, description="Most allowed answers in answer_format.")
+    answer_format_chars: int = Field(default=4_000, ge=1, le=1_000_000,
+                                     description="Most characters in all of answer_format's answers together.")
+
+
+def caps_problem(options: dict[str, Any], caps: ServeCaps) -> Optional[str]:
+    """Why the (already validated) per-request ``options`` exceed ``caps``, else None."""
+    for name in ("max_steps", "max_new_tokens", "max_question_chars"):
+        value = options.get(name)
+        if isinstance(value, (int, float)) and not isinstance(value, bool) and value > getattr(caps, name):
+            return f"{name} {value} is over the cap of this server ({getattr(caps, name)}; set by its operator)"
+    answers = options.get("answer_format")
+    if isinstance(answers, (list, tuple)):
+        if len(answers) > caps.answer_format_items:
+            return (f"answer_format has {len(answers)} answers; this server allows at most "
+                    f"{caps.answer_format_items} (set by its operator)")
+        chars = sum(len(a) for a in answers if isinstance(a, str))
+        if chars > caps.answer_format_chars:
+            return (f"answer_format's answers hold {chars} characters; this server allows at most "
+                    f"{caps.answer_format_chars} (set by its operator)")
+    return None
+
+
+def _content_problem(content: Any, where: str) -> Optional[str]:
+    if isinstance(content, str):
+        return None
+    if not isinstance(content, list):
+        return f"{where}.content must be text or a list of parts, not {_kind(content)}"
+    for j, part in enumerate(content):
+        if isinstance(part, str):
+            continue
+        if not isinstance(part, dict):
+            return f"{where}.content[{j}] must be text or an object, not {_kind(part)}"
+        if not isinstance(part.get("type"), str):
+            return f"{where}.content[{j}] needs a 'type' (e.g. \"text\")"
+        if part["type"] == "text" and not isinstance(part.get("text"), str):
+            return f"{where}.content[{j}].text must be text, not {_kind(part.get('text'))}"
+    return None
+
+
+def _message_problem(message: Any, where: str) -> Optional[str]:
+    if not isinstance(message, dict):
+        return f"{where} must be a message object, not {_kind(message)}"
+    kind = message.get("type")
+    if kind is None:
+        return f"{where} has no 'type' (one of human, ai, system, tool)"
+    if not isinstance(kind, str) or kind not in MESSAGE_TYPES:
+        return f"{where}.type {kind!r} is not a message type (one of human, ai, system, tool)"
+    if "content" not in message:
+        return f"{where} has no 'content'"
+    return _content_problem(message["content"], where)
+
+
+def _one_input_problem(value: Any, where: str) -> Optional[str]:
+    if not isinstance(value, dict):
+        return f"{where} must be {{\"messages\": [...]}}, not {_kind(value)}"
+    messages = value.get("messages")
+    if not isinstance(messages, list):
+        return f"{where} needs 'messages', a list of messages"
+    for i, message in enumerate(messages):
+        problem = _message_problem(message, f"{where}.messages[{i}]")
+        if problem:
+            return problem
+    return None
+
+
+def input_problem(route: str, body: Any) -> Optional[str]:
+    """Why a parsed request body cannot be run on ``route`` (the last path segment: ``invoke``,
+    ``batch``, ...), else None. Bodies of other routes are not checked here.
+
+    Example:
+        >>> input_problem("invoke", {"input": {"messages": [{"content": "hi"}]}})
+        "input.messages[0] has no 'type' (one of human, ai, system, tool)"
+        >>> input_problem("batch", {"inputs": [5]})
+        'inputs[0] must be {"messages": [...]}, not a number'
+        >>> input_problem("invoke", {"input": {"messages": [{"type": "human", "content": "hi"}]}}) is None
+        True
+    """
+    if not isinstance(body, dict):
+        return None  # LangServe answers a non-object body with its own 422
+    if route == "batch":
+        inputs = body.get("inputs")
+        if not isinstance(inputs, list):
+            return "'inputs' must be a list of inputs"
+        for i, value in enumerate(inputs):
+            problem = _one_input_problem(value, f"inputs[{i}]")
+            if problem:
+                return problem
+        return None
+    if route in RUN_PATHS and "input" in body:
+        return _one_input_problem(body["input"], "input")
+    return None
+
+
+def recursion_limit_for(max_steps: int, max_format_retries: int) -> int:
+    """Super-steps a run of at most ``max_steps`` actions may take, each action after at most
+    ``max_format_retries`` re-prompts, plus one final Conclusion (asked for after a spent budget or
+    unusable replies, with its own re-prompts), the start, a review and the halt, with room to spare.
+
+    Example:
+        >>> recursion_limit_for(12, 2) > 25
+        True
+    """
+    per_action = max_format_retries + 2  # Generate (+ re-prompts) and the action's node
+    return 2 * (4 + (max_steps + 2) * per_action)
+
+
+def _kind(value: Any) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, (int, float)):
+        return "a number"
+    if isinstance(value, str):
+        return "text"
+    if isinstance(value, list):
+        return "a list"
+    if isinstance(value, dict):
+        return "an object"
+    return type(value).__name__
