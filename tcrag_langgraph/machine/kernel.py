@@ -43,7 +43,7 @@ from langgraph.runtime import Runtime
 from langgraph.types import Command
 from pydantic import BaseModel, ConfigDict
 
-from ..models.local import resolve_chat_model, takes_generation_settings
+from ..models.local import cut_at_stop, resolve_chat_model, takes_generation_settings
 from ..monitor.scoring import MonitorUnavailableError, scorer_for_model
 from ..tools.layer import invoke_tool, is_tool_error
 from ..tools.layer.outcome import content_text
@@ -55,7 +55,10 @@ from .result import RunResult
 from .run_input import child_config, extract_question, last_human_is
 from .state import ToolCallRecord, TraceEvent
 
-__all__ = ["MethodOptions", "RunFailure", "RunKernel", "BuildArguments", "build_arguments", "fresh_run"]
+#: the most stop sequences a provider's API accepts (OpenAI's limit); the rest are applied here
+MAX_PROVIDER_STOPS = 4
+
+__all__ = ["MAX_PROVIDER_STOPS", "MethodOptions", "RunFailure", "RunKernel", "BuildArguments", "build_arguments", "fresh_run"]
 
 
 class MethodOptions(BaseModel):
@@ -159,16 +162,21 @@ class RunKernel:
 
         The budget and temperature reach models that take them per call (the local model); a provider
         model keeps its own. ``stop`` is sent where the model accepts it (the parser still drops an
-        invented observation where it does not)."""
+        invented observation where it does not). A provider model gets at most
+        :data:`MAX_PROVIDER_STOPS` of them (the first, most important ones); every one is applied to
+        the reply here, so the text is what a server honouring all of them would return."""
         kwargs: dict[str, Any] = {}
+        sent = stop
         if takes_generation_settings(self.model):
             kwargs.update(max_new_tokens=cfg.max_new_tokens if max_new_tokens is None else max_new_tokens,
                           temperature=cfg.temperature if temperature is None else temperature)
+        elif stop:
+            sent = list(stop)[:MAX_PROVIDER_STOPS]
         usage = dict(work.get("token_usage") or {"prompt": 0, "completion": 0})
         try:
             try:
                 reply = self.model.invoke(messages, config=child_config(config), **kwargs,
-                                          **({"stop": stop} if stop else {}))
+                                          **({"stop": sent} if sent else {}))
             except TypeError:
                 if not stop:
                     raise
@@ -176,6 +184,8 @@ class RunKernel:
         except Exception as exc:  # a model/server failure ends the run cleanly, with the reason
             raise RunFailure("model_error", f"{type(exc).__name__}: {exc}") from exc
         text = content_text(reply.content)
+        if stop:
+            text = cut_at_stop(text, stop)
         usage["prompt"] = usage.get("prompt", 0) + sum(count_tokens(content_text(m.content)) for m in messages)
         usage["completion"] = usage.get("completion", 0) + count_tokens(text)
         work.update(llm_calls=work.get("llm_calls", 0) + 1, token_usage=usage)

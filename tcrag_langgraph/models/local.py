@@ -27,7 +27,7 @@ import threading
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
-from typing import Any, Iterator, Optional
+from typing import Any, Iterator, Optional, Sequence
 
 from langchain_core.callbacks import CallbackManagerForLLMRun
 from langchain_core.language_models import BaseChatModel
@@ -49,6 +49,7 @@ __all__ = [
     "cache_dir",
     "DTYPES",
     "takes_generation_settings",
+    "cut_at_stop",
 ]
 
 log = logging.getLogger(__name__)
@@ -415,7 +416,7 @@ class LocalChatModel(BaseChatModel):
                     self.kv_pool.release(lease, held)
         new_ids = out[0, input_ids.shape[1]:]
         text = lm.tokenizer.decode(new_ids, skip_special_tokens=True)
-        text = _cut_at_stop(text, stops)
+        text = cut_at_stop(text, stops)
         usage: dict[str, Any] = {
             "input_tokens": int(input_ids.shape[1]),
             "output_tokens": int(new_ids.shape[0]),
@@ -452,7 +453,8 @@ def _generated_text_stops(tokenizer: Any, stops: list[str], prompt_len: int):
     return StoppingCriteriaList([_Stops()])
 
 
-def _cut_at_stop(text: str, stops: list[str]) -> str:
+def cut_at_stop(text: str, stops: Sequence[str]) -> str:
+    """``text`` up to the first occurrence of any of ``stops`` (what a server applying them returns)."""
     cut = len(text)
     for s in stops:
         i = text.find(s)
