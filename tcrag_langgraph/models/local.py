@@ -316,6 +316,17 @@ class LocalChatModel(BaseChatModel):
         return {"model_path": self.model_path, "device": self.device, "dtype": self.dtype,
                 "max_new_tokens": self.max_new_tokens, "temperature": self.temperature}
 
+    def _get_ls_params(self, stop: Optional[list[str]] = None, **kwargs: Any) -> Any:
+        """LangSmith tracing metadata: which model, with which budget, temperature and stops."""
+        params = super()._get_ls_params(stop=stop, **kwargs)
+        params.update(ls_provider="tcrag_langgraph", ls_model_name=str(kwargs.get("model") or self.model_id),
+                      ls_model_type="chat",
+                      ls_temperature=float(kwargs.get("temperature", self.temperature)),
+                      ls_max_tokens=int(kwargs.get("max_new_tokens", self.max_new_tokens)))
+        if stop or self.stop:
+            params["ls_stop"] = list(stop or self.stop or [])
+        return params
+
     @property
     def local_model(self) -> LocalModel:
         """The loaded weights (loaded on first use, shared by every chat model with the same options)."""
@@ -372,7 +383,8 @@ class LocalChatModel(BaseChatModel):
     ) -> Iterator[ChatGenerationChunk]:
         # One chunk: generation is short per action and stop trimming needs the whole text.
         text, usage = self._complete(messages, stop=stop, **kwargs)
-        chunk = ChatGenerationChunk(message=AIMessageChunk(content=text, usage_metadata=usage))
+        chunk = ChatGenerationChunk(message=AIMessageChunk(content=text, usage_metadata=usage,
+                                                            response_metadata={"model_name": self.local_model.name}))
         if run_manager:
             run_manager.on_llm_new_token(text, chunk=chunk)
         yield chunk

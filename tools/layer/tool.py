@@ -71,7 +71,8 @@ class LayeredTool(BaseTool):
 
     ``invoke`` returns a ``str`` or a :class:`ToolError` (never raises). Invoked with a LangChain
     ``ToolCall`` it returns a ``ToolMessage`` whose ``status`` is ``"error"`` for a ToolError, with
-    the ToolError as its ``artifact``. Called through
+    the ToolError as its ``artifact``; a success carries ``{"tool", "status": "success", "chars"}``
+    (LangChain's ``content_and_artifact`` contract: an artifact is never None). Called through
     :func:`~tcrag_langgraph.tools.layer.invoke_tool`, the call's ``timeout_s`` and
     ``max_output_tokens`` replace the tool's own for that call (one deadline, not two).
     """
@@ -208,7 +209,13 @@ class LayeredTool(BaseTool):
             result = self._run_layer(tool_input, config, options)
         except Exception as exc:  # the contract: a tool never raises
             result = self._error(options, "internal", f"{type(exc).__name__}: {exc}")
-        return result, (result if isinstance(result, ToolError) else None)
+        return result, self._artifact(result)
+
+    def _artifact(self, result: str | ToolError) -> Any:
+        """What a ToolMessage carries beside the text: the ToolError, or what succeeded."""
+        if isinstance(result, ToolError):
+            return result
+        return {"tool": self.name, "status": "success", "chars": len(result)}
 
     def _begin(self, tool_input: Any, config: Optional[RunnableConfig], options: ToolOptions) -> Any:
         """The call's deadline and validated arguments, or its outcome already (bad input, cache hit)."""
@@ -244,7 +251,7 @@ class LayeredTool(BaseTool):
             result = await self._arun_layer(tool_input, config, options)
         except Exception as exc:
             result = self._error(options, "internal", f"{type(exc).__name__}: {exc}")
-        return result, (result if isinstance(result, ToolError) else None)
+        return result, self._artifact(result)
 
     async def _arun_layer(self, tool_input: Any, config: Optional[RunnableConfig], options: ToolOptions) -> str | ToolError:
         begun = self._begin(tool_input, config, options)

@@ -1,0 +1,123 @@
+"""LangChain's own standard test suites (langchain-tests) on the project's parts: the local chat model
+(packaged SmolLM2, real generation) and each of the four tools (real data, real calls).
+
+Skips are only for capabilities a part truly lacks, declared through the suites' own flags: the local
+model has no native tool calling, structured output, image/audio/PDF input or JSON mode (actions are
+parsed from text, see README).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+pytest.importorskip("langchain_tests")
+
+from langchain_tests.integration_tests import ChatModelIntegrationTests, ToolsIntegrationTests  # noqa: E402
+from langchain_tests.unit_tests import ChatModelUnitTests, ToolsUnitTests  # noqa: E402
+
+from tcrag_langgraph.models.local import LocalChatModel  # noqa: E402
+
+
+class _LocalChatModelSettings:
+    @property
+    def chat_model_class(self) -> type[LocalChatModel]:
+        return LocalChatModel
+
+    @property
+    def chat_model_params(self) -> dict[str, Any]:
+        # greedy and short: the suites check the protocol, not the answers of a 135M model
+        return {"max_new_tokens": 24, "temperature": 0.0}
+
+    @property
+    def has_tool_calling(self) -> bool:
+        return False
+
+    @property
+    def has_structured_output(self) -> bool:
+        return False
+
+    @property
+    def supports_json_mode(self) -> bool:
+        return False
+
+    @property
+    def supports_image_inputs(self) -> bool:
+        return False
+
+    @property
+    def returns_usage_metadata(self) -> bool:
+        return True
+
+    @property
+    def supports_anthropic_inputs(self) -> bool:
+        return False
+
+
+class TestLocalChatModelUnit(_LocalChatModelSettings, ChatModelUnitTests):
+    pass
+
+
+@pytest.mark.slow
+class TestLocalChatModelIntegration(_LocalChatModelSettings, ChatModelIntegrationTests):
+    pass
+
+
+def _tool(name: str):
+    from tcrag_langgraph.tools import default_tools
+
+    return {t.name: t for t in default_tools()}[name]
+
+
+EXAMPLES = {
+    "DOC_RAG": {"query": "metformin first-line therapy for type 2 diabetes"},
+    "KG_RAG": {"query": "Marfan syndrome"},
+    "WEB_SEARCH": {"query": "type 2 diabetes mellitus"},
+    "EMR_SEARCH": {"operation": "similar", "codes": ["E11.9"]},
+}
+
+
+def _tool_settings(name: str) -> type:
+    class Settings:
+        @property
+        def tool_constructor(self):
+            return _tool(name)
+
+        @property
+        def tool_invoke_params_example(self) -> dict[str, Any]:
+            return dict(EXAMPLES[name])
+
+    return Settings
+
+
+class TestDocRagUnit(_tool_settings("DOC_RAG"), ToolsUnitTests):
+    pass
+
+
+class TestDocRagIntegration(_tool_settings("DOC_RAG"), ToolsIntegrationTests):
+    pass
+
+
+class TestKgRagUnit(_tool_settings("KG_RAG"), ToolsUnitTests):
+    pass
+
+
+class TestKgRagIntegration(_tool_settings("KG_RAG"), ToolsIntegrationTests):
+    pass
+
+
+class TestWebSearchUnit(_tool_settings("WEB_SEARCH"), ToolsUnitTests):
+    pass
+
+
+class TestWebSearchIntegration(_tool_settings("WEB_SEARCH"), ToolsIntegrationTests):
+    pass
+
+
+class TestEmrSearchUnit(_tool_settings("EMR_SEARCH"), ToolsUnitTests):
+    pass
+
+
+class TestEmrSearchIntegration(_tool_settings("EMR_SEARCH"), ToolsIntegrationTests):
+    pass
