@@ -251,7 +251,7 @@ def register(app: typer.Typer) -> None:
         from .datasets import sample_records
         from ..methods.registry import METHODS, build_methods
         from .noise import NoiseBank, PoisonController, poison_tools
-        from .runner import SettingsMismatch, run_evaluation, summarize, summary_markdown, write_summary
+        from .runner import SettingsMismatch, run_evaluation, summarize, summary_markdown, table_rows, write_summary
 
         names = _split_methods(method)
         own_options = _method_options(method_options, names)
@@ -294,7 +294,7 @@ def register(app: typer.Typer) -> None:
                                   poison=controller, progress=progress)
         except SettingsMismatch as exc:
             raise typer.BadParameter(str(exc), param_hint="--out") from exc
-        summary = summarize(rows, labels={n: METHODS[n].label for n in names})
+        summary = summarize(table_rows(rows), labels={n: METHODS[n].label for n in names})
         paths = write_summary(summary, out)
         typer.echo(summary_markdown(summary))
         console.print(f"results: {out / 'results.jsonl'}; summary: {paths['markdown']}, {paths['csv']}"
@@ -308,7 +308,7 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """One table from one or more `tcrag eval` runs (e.g. a stopped run, or methods run apart)."""
         from ..methods.registry import METHODS
-        from .runner import merge_runs, summarize, summary_markdown, write_summary
+        from .runner import merge_runs, summarize, summary_markdown, table_rows, write_summary
 
         try:
             rows = merge_runs(runs, common=common)
@@ -317,7 +317,7 @@ def register(app: typer.Typer) -> None:
         if not rows:
             raise typer.BadParameter("no question was finished by every method (try --all)", param_hint="RUNS")
         labels = {name: spec.label for name, spec in METHODS.items()}
-        summary = summarize(rows, labels=labels)
+        summary = summarize(table_rows(rows), labels=labels)
         typer.echo(f"{len({r['id'] for r in rows})} questions, {len({r['method'] for r in rows})} methods")
         typer.echo(summary_markdown(summary))
         if out is not None:

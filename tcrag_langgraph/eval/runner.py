@@ -25,6 +25,7 @@ schema; splitting them would spread that schema over several files.
 from __future__ import annotations
 
 import csv
+import dataclasses
 import io
 import json
 import math
@@ -39,12 +40,14 @@ from typing import Any, Callable, Iterable, Mapping, Optional, Sequence
 from ..machine.result import RunResult
 from .datasets import QARecord, answer_format_for, format_question, structured_letters
 from .efficiency import COST_FIELDS, UsageMeter, mean_costs, question_cost
+from .significance import MAJORITY, PairedTest, accuracy_ci, answer_counts, majority_rows, mcnemar
 from .metrics import bleu, extract_choice_letters, extract_yes_no_maybe, rouge_l_recall, squad_exact_match, token_f1
 
 __all__ = [
     "score_answer",
     "run_evaluation",
     "summarize",
+    "table_rows",
     "summary_markdown",
     "write_summary",
     "plot_accuracy_vs_cost",
@@ -415,8 +418,22 @@ def _answered(row: Mapping[str, Any]) -> bool:
     return isinstance(answer, str) and bool(answer.strip())
 
 
+#: the methods every other is tested against (McNemar), when they are in the table
+REFERENCES = (("sr_rag", "SR-RAG", ("sr-rag",)), ("tcrag", "TC-RAG", ("tcrag-cppl", "tcrag-uct")))
+
+
+def table_rows(rows: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
+    """The rows every printed table is made of: the methods' and the majority answer's
+    (:func:`~tcrag_langgraph.eval.significance.majority_rows`)."""
+    return [*rows, *majority_rows(rows)]
+
+
 def summarize(rows: Sequence[Mapping[str, Any]], *, labels: Optional[Mapping[str, str]] = None) -> list[dict[str, Any]]:
     """One summary row per method (in first-seen order).
+
+    Each accuracy has a bootstrap 95% interval (``accuracy_ci``), each method a paired McNemar test
+    against SR-RAG and against TC-RAG where they are in the rows (``vs_sr_rag``, ``vs_tcrag``: on
+    the questions both answered), and its answer distribution (``answer_counts``).
 
     ``accuracy`` is over every choice / yes-no question (unparseable answers count as wrong and
     are reported in ``unparseable``; so do abstentions, counted in ``abstained``); ``coverage`` is
@@ -426,6 +443,10 @@ def summarize(rows: Sequence[Mapping[str, Any]], *, labels: Optional[Mapping[str
     with at least one Backtrack / Summary (Table 5's probabilities).
     """
     order = list(dict.fromkeys(r["method"] for r in rows))
+    closed_by_method = {m: {str(r["id"]): bool(r.get("correct")) for r in rows
+                            if r["method"] == m and r["task"] in ("mcq", "yesno")} for m in order}
+    references = {key: (label, next((m for m in names if closed_by_method.get(m)), None))
+                  for key, label, names in REFERENCES}
     out = []
     for method in order:
         mine = [r for r in rows if r["method"] == method]
@@ -433,7 +454,8 @@ def summarize(rows: Sequence[Mapping[str, Any]], *, labels: Optional[Mapping[str
         opened = [r for r in mine if r["task"] == "open"]
         summary: dict[str, Any] = {
             "method": method,
-            "label": (labels or {}).get(method, method),
+            "label": (labels or {}).get(method) or (f"Majority answer ({mine[0]['answer']})" if method == MAJORITY
+                                                    else method),
             "n": len(mine),
             "n_closed": len(closed),
             "correct": sum(bool(r.get("correct")) for r in closed),
@@ -456,6 +478,13 @@ def summarize(rows: Sequence[Mapping[str, Any]], *, labels: Optional[Mapping[str
             "backtrack_rate": _mean(float((r.get("backtracks") or 0) > 0) for r in mine),
             "summary_rate": _mean(float((r.get("summaries") or 0) > 0) for r in mine),
         }
+        summary["accuracy_ci"] = accuracy_ci([bool(r.get("correct")) for r in closed])
+        summary["answer_counts"] = answer_counts(closed)
+        for key, (_, reference) in references.items():
+            if reference is not None and reference != method and closed_by_method[method]:
+                shared = sorted(set(closed_by_method[method]) & set(closed_by_method[reference]))
+                summary[f"vs_{key}"] = mcnemar([closed_by_method[method][q] for q in shared],
+                                               [closed_by_method[reference][q] for q in shared])
         for key in _OPEN:
             summary[key] = _mean(float(r[key]) for r in opened if r.get(key) is not None)
         summary.update({f"avg_{k}": v for k, v in mean_costs(mine).items()})
@@ -477,6 +506,23 @@ def _num(value: Optional[float], digits: int = 2) -> str:
     return "-" if value is None or (isinstance(value, float) and math.isnan(value)) else f"{value:.{digits}f}"
 
 
+def _ci(value: Optional[tuple[float, float]]) -> str:
+    return "-" if value is None else f"{100 * value[0]:.1f}-{100 * value[1]:.1f}"
+
+
+def _paired(test: Optional[PairedTest]) -> str:
+    """``+a/-b p`` : questions only this method / only the reference got right, McNemar's exact p."""
+    return "-" if test is None else f"+{test.only_first}/-{test.only_second} p={test.p_value:.3g}"
+
+
+def _counts(counts: Optional[Mapping[str, int]], top: int = 5) -> str:
+    if not counts:
+        return "-"
+    items = list(counts.items())
+    shown = " ".join(f"{answer}:{n}" for answer, n in items[:top])
+    return shown + (f" (+{len(items) - top} more)" if len(items) > top else "")
+
+
 def _columns(summary: Sequence[Mapping[str, Any]]) -> list[tuple[str, Callable[[Mapping[str, Any]], str]]]:
     cols: list[tuple[str, Callable[[Mapping[str, Any]], str]]] = [
         ("Method", lambda s: str(s["label"])),
@@ -485,6 +531,13 @@ def _columns(summary: Sequence[Mapping[str, Any]]) -> list[tuple[str, Callable[[
     if any(s["n_closed"] for s in summary):
         cols += [
             ("EM (%)", lambda s: _pct(s["accuracy"])),
+            ("EM 95% CI", lambda s: _ci(s.get("accuracy_ci"))),
+        ]
+        for key, label, _ in REFERENCES:
+            if any(f"vs_{key}" in s for s in summary):
+                cols.append((f"vs {label} (+/- McNemar p)", lambda s, key=key: _paired(s.get(f"vs_{key}"))))
+        cols += [
+            ("Answers", lambda s: _counts(s.get("answer_counts"))),
             ("Unparseable", lambda s: str(s["unparseable"])),
         ]
         if any((s.get("coverage") or 0.0) < 1.0 for s in summary):  # some method abstained or failed
@@ -534,13 +587,21 @@ def summary_markdown(summary: Sequence[Mapping[str, Any]]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _csv_value(value: Any) -> Any:
+    if isinstance(value, PairedTest):
+        return json.dumps(dataclasses.asdict(value))
+    if isinstance(value, (dict, list, tuple)):
+        return json.dumps(value)
+    return value
+
+
 def _summary_csv(summary: Sequence[Mapping[str, Any]]) -> str:
     keys = [k for k in summary[0] if k != "halt_reasons"] + ["halt_reasons"] if summary else []
     buf = io.StringIO()
     writer = csv.DictWriter(buf, fieldnames=keys, lineterminator="\n")
     writer.writeheader()
     for s in summary:
-        writer.writerow({k: json.dumps(s[k]) if k == "halt_reasons" else s.get(k) for k in keys})
+        writer.writerow({k: _csv_value(s.get(k)) for k in keys})
     return buf.getvalue()
 
 
