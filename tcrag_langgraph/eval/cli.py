@@ -245,6 +245,8 @@ def register(app: typer.Typer) -> None:
             None, help='own options of the papers\' methods as JSON, e.g. {"crp-rag": {"fan_out": 2, "max_depth": 2}} '
             "(recorded with the run)"),
         progress: bool = typer.Option(True, "--progress/--no-progress"),
+        concurrency: int = typer.Option(1, min=1, help="questions in flight at once (for a served model whose "
+                                        "server batches them; greedy results are the same for any value)"),
     ) -> None:
         """Evaluate methods on a dataset: accuracy and cost per method (paper Tables 1, 2, 5)."""
         from ..machine.config import TCRAGConfig
@@ -257,6 +259,8 @@ def register(app: typer.Typer) -> None:
         own_options = _method_options(method_options, names)
         if attack is not None and attack not in ("structural", "partial"):
             raise typer.BadParameter("--attack must be structural or partial")
+        if attack is not None and concurrency > 1:
+            raise typer.BadParameter("--attack keeps per-question state: run it with --concurrency 1")
         if noise not in ("irrelevant", "relevant", "mixed"):
             raise typer.BadParameter("--noise must be irrelevant, relevant or mixed")
         all_records = _load_records(dataset, split, context, long_answers, fields, task, answer_index_base)
@@ -291,7 +295,7 @@ def register(app: typer.Typer) -> None:
             settings["method_options"] = own_options
         try:
             rows = run_evaluation(records, graphs, out_dir=out, settings=settings, seed=seed, include_context=context,
-                                  poison=controller, progress=progress)
+                                  poison=controller, progress=progress, concurrency=concurrency)
         except SettingsMismatch as exc:
             raise typer.BadParameter(str(exc), param_hint="--out") from exc
         summary = summarize(table_rows(rows), labels={n: METHODS[n].label for n in names})

@@ -340,12 +340,24 @@ def run_evaluation(
     poison: Any = None,
     progress: bool = True,
     on_row: Optional[Callable[[dict[str, Any]], None]] = None,
+    concurrency: int = 1,
 ) -> list[dict[str, Any]]:
     """Run every method on every record (question-major) and return all result rows.
 
     With ``out_dir`` rows are appended to ``results.jsonl`` one by one and rows already there
     are reused (resume); ``settings`` is saved to / checked against ``run.json``.
+
+    ``concurrency`` runs that many (question, method) runs at once in threads, for served models
+    whose server batches them (a local model generates one call at a time: no gain, no harm). Rows
+    are written in the same order as one at a time, so a run resumes the same way and greedy
+    results are the same for any ``concurrency``; sampled ones are reproducible only at 1 (the
+    per-question seeds are process-global). The noise attack holds per-question state: with
+    ``poison`` it must be 1. A row's ``wall_time_s`` includes waiting for the other runs.
     """
+    if not isinstance(concurrency, int) or isinstance(concurrency, bool) or concurrency < 1:
+        raise ValueError(f"concurrency must be a positive integer, got {concurrency!r}")
+    if poison is not None and concurrency > 1:
+        raise ValueError("the noise attack keeps per-question state: run it with concurrency 1")
     ids = [r.id for r in records]
     if len(set(ids)) != len(ids):
         raise ValueError("record ids must be unique")
@@ -379,21 +391,38 @@ def run_evaluation(
     with bar:
         task = bar.add_task("evaluating", total=len(records) * len(methods), completed=len(done))
         handle = results_file.open("a", encoding="utf-8") if results_file is not None else None
+
+        def run(item: tuple[QARecord, str]) -> dict[str, Any]:
+            record, method = item
+            return _run_one(method, methods[method], record, seed=seed, include_context=include_context,
+                            language=language, poison=poison)
+
+        def keep(item: tuple[QARecord, str], row: dict[str, Any]) -> None:
+            record, method = item
+            if handle is not None:
+                handle.write(json.dumps(row, ensure_ascii=False, default=str) + "\n")
+                handle.flush()
+                os.fsync(handle.fileno())
+            new_rows[(method, record.id)] = row
+            if on_row is not None:
+                on_row(row)
+
         try:
-            for record, method in todo:
-                bar.update(task, description=f"{method} {record.id}")
-                row = _run_one(
-                    method, methods[method], record, seed=seed, include_context=include_context,
-                    language=language, poison=poison,
-                )
-                if handle is not None:
-                    handle.write(json.dumps(row, ensure_ascii=False, default=str) + "\n")
-                    handle.flush()
-                    os.fsync(handle.fileno())
-                new_rows[(method, record.id)] = row
-                if on_row is not None:
-                    on_row(row)
-                bar.advance(task)
+            if concurrency == 1:
+                for item in todo:
+                    bar.update(task, description=f"{item[1]} {item[0].id}")
+                    keep(item, run(item))
+                    bar.advance(task)
+            else:
+                from concurrent.futures import ThreadPoolExecutor
+
+                with ThreadPoolExecutor(max_workers=concurrency, thread_name_prefix="tcrag-eval") as pool:
+                    futures = [pool.submit(run, item) for item in todo]
+                    bar.update(task, description=f"{concurrency} runs at a time")
+                    # kept in submission order: the file reads as a run one at a time would write it
+                    for item, future in zip(todo, futures):
+                        keep(item, future.result())
+                        bar.advance(task)
         finally:
             if handle is not None:
                 handle.close()

@@ -31,6 +31,14 @@ def test_eval_writes_results_summary_and_plot(app, data, tmp_path):
     # Other settings into the same folder are refused.
     other = CliRunner().invoke(app, [*args[:-2], "--seed", "2"])
     assert other.exit_code != 0 and "other settings" in other.output
+    # Questions in flight at once: the same rows and table, and the majority-answer row beside the methods.
+    par = CliRunner().invoke(app, [*args[:-7], "--out", str(tmp_path / "par"), "--no-progress", "--limit", "4",
+                                   "--seed", "1", "--concurrency", "3"])
+    assert par.exit_code == 0, par.output
+    assert (tmp_path / "par" / "results.jsonl").read_text().count("\n") == 8
+    assert [json.loads(x)["answer"] for x in (tmp_path / "par" / "results.jsonl").read_text().splitlines()] == [
+        r["answer"] for r in rows]
+    assert "Majority answer" in par.output and "EM 95% CI" in par.output
 
 
 def test_eval_noise_attack_needs_tools_and_marks_rows(app, data, tmp_path):
@@ -38,6 +46,9 @@ def test_eval_noise_attack_needs_tools_and_marks_rows(app, data, tmp_path):
             "--scorer", f"{H}:yes_low_scorer", "--no-progress", "--attack", "structural", "--noise", "irrelevant"]
     refused = CliRunner().invoke(app, [*base, "--out", str(tmp_path / "a")])
     assert refused.exit_code != 0 and "needs tools" in refused.output
+    in_flight = CliRunner().invoke(app, [*base, "--tools", f"{H}:doc_tools", "--out", str(tmp_path / "c"),
+                                         "--concurrency", "2"], env={"COLUMNS": "300"})
+    assert in_flight.exit_code != 0 and "--concurrency 1" in in_flight.output
     out = tmp_path / "b"
     result = CliRunner().invoke(app, [*base, "--tools", f"{H}:doc_tools", "--out", str(out), "--limit", "2"])
     assert result.exit_code == 0, result.output

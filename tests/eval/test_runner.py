@@ -139,3 +139,43 @@ def test_stack_machine_rows_carry_state_values_and_costs():
     assert sr["structured_answer"] == "yes" and tc["structured_answer"] == "yes"
     md = summary_markdown(summarize(rows))
     assert "Avg. Retrievals" in md and "Backtrack Prob. (%)" in md
+
+
+def test_concurrent_runs_give_the_same_rows_in_the_same_order(tmp_path):
+    """--concurrency 4 against --concurrency 1: the same greedy answers, halts and state values, the
+    results file in the same order (so a run resumes the same way), more than one run in flight."""
+    import threading
+    import time as _time
+
+    from tcrag_langgraph.methods.registry import build_methods
+
+    from .helpers import DrugScorer, drug_model
+
+    in_flight, peak, lock = [0], [0], threading.Lock()
+
+    class SlowDrugModel(type(drug_model())):
+        def _call(self, messages, stop=None, run_manager=None, **kwargs):
+            with lock:
+                in_flight[0] += 1
+                peak[0] = max(peak[0], in_flight[0])
+            _time.sleep(0.05)  # a served model's latency, so runs overlap
+            try:
+                return super()._call(messages, stop=stop, run_manager=run_manager, **kwargs)
+            finally:
+                with lock:
+                    in_flight[0] -= 1
+
+    records = [QARecord(f"q{i}", f"Is drug {i} first-line?", "yesno", ("yes" if i < 3 else "no",)) for i in range(6)]
+    keys = ("method", "id", "answer", "parsed", "correct", "halt_reason", "validated", "state_value", "llm_calls")
+    outs = {}
+    for n in (1, 4):
+        graphs = build_methods(["base", "tcrag-cppl", "react"], model=SlowDrugModel(responses=["unused"], seen=[]),
+                               scorer=DrugScorer(), sigmas={"cppl": 5.0})
+        rows = run_evaluation(records, graphs, out_dir=tmp_path / f"n{n}", progress=False, concurrency=n)
+        outs[n] = [tuple(r.get(k) for k in keys) for r in rows]
+        in_file = [tuple(r.get(k) for k in keys) for r in read_results(tmp_path / f"n{n}" / "results.jsonl")]
+        assert in_file == outs[n]
+    assert outs[1] == outs[4] and len(outs[1]) == 18
+    assert peak[0] > 1  # the second setting really ran several at once
+    with pytest.raises(ValueError, match="concurrency"):
+        run_evaluation(records, graphs, progress=False, concurrency=0)
