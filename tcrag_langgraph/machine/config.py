@@ -15,12 +15,12 @@ from pydantic.json_schema import SkipJsonSchema
 # Identity is owned by the tools (EMR access control); the agent only carries it.
 from ..tools.identity import CALLER_KEY, CallerContext, caller_from_config
 from ..tools.layer.options import MAX_OUTPUT_TOKENS, MAX_TIMEOUT_S  # the tool layer's limits are ours
+# sigma when none is given, per state value (paper section 8.7.6: 10 for cppl, 20 for uct)
+from ..monitor.state_values import DEFAULT_SIGMA
 
 __all__ = ["TCRAGConfig", "CallerContext", "DEFAULT_SIGMA", "resolve_config", "request_option_fields",
            "caller_from_config", "CALLER_KEY"]
 
-#: Paper section 8.7.6: sigma = 10 for cppl and 20 for uct.
-DEFAULT_SIGMA: dict[str, float] = {"cppl": 10.0, "uct": 20.0}
 
 
 class TCRAGConfig(BaseModel):
@@ -36,8 +36,11 @@ class TCRAGConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid", validate_assignment=True)
 
-    metric: Literal["cppl", "uct"] = Field(
-        default="cppl", description="State value: cppl (conditional perplexity, eq. 2) or uct (uncertainty, eq. 3).")
+    metric: Literal["cppl", "uct", "cppl_evidence", "uct_evidence", "answer_prob"] = Field(
+        default="cppl", description="State value: cppl (conditional perplexity, eq. 2) or uct (uncertainty, eq. 3), "
+        "the paper's; cppl_evidence / uct_evidence (the same, given the tool observations too) or answer_prob "
+        "(1 - the probability of the chosen answer among the allowed ones; needs an answer_format of choices) "
+        "go beyond it (tcrag_langgraph.monitor.state_values).")
     sigma: Optional[Union[Annotated[float, Field(gt=0)], Literal["auto"]]] = Field(
         default=None,
         description="Halting threshold; None = paper default for the metric; 'auto' = the model's stored "
@@ -104,6 +107,9 @@ class TCRAGConfig(BaseModel):
             value = getattr(self, name)
             if value is not None and not math.isfinite(value):
                 raise ValueError(f"{name} must be finite")
+        if self.metric == "answer_prob" and self.enable_state_monitor and not isinstance(self.answer_format, tuple):
+            raise ValueError("metric 'answer_prob' weighs the allowed answers: give answer_format a list of "
+                             "choices (e.g. yes,no,maybe or option letters)")
         return self
 
     @property

@@ -38,14 +38,15 @@ from langgraph.types import Command, interrupt
 from ..models.local import chat_model_id
 from ..monitor.calibration import resolve_sigma
 from ..monitor.scoring import StateScorer
+from ..monitor.state_values import base_metric, evidence_context, uses_evidence
 from . import answer_format, transitions
 from .actions import ActionParseError, format_instructions, parse_action
 from .config import TCRAGConfig
 from .events import EVENT_NAME
 from .kernel import RunKernel, build_arguments, default_scorer
-from .prompting import demonstrations, final_turn_text, system_prompt, turn_text
+from .prompting import demonstrations, final_turn_text, rejected_note, system_prompt, turn_text
 from .run_input import extract_question, last_human_is, question_problem
-from .state import Action, ParsedAction, TCRAGState, TraceEvent, render_stack
+from .state import Action, ParsedAction, TCRAGState, TraceEvent, observations, render_stack
 from ..tools.layer import with_egress_context
 from .transitions import HaltReason, Machine, Transition
 
@@ -87,9 +88,21 @@ class _Machine(RunKernel):
                 "step": t.steps, "action": t.event.action, "value": t.state_value, "raw": t.scored}]
         return update
 
-    def monitor(self, state: TCRAGState, cfg: TCRAGConfig, text: str) -> Optional[float]:
-        """The state monitor's value of ``text`` given the question; ``None`` when it is switched off."""
-        return self.score(state["question"], text, metric=cfg.metric) if cfg.enable_state_monitor else None
+    def monitor(self, state: TCRAGState, cfg: TCRAGConfig, text: str, *, conclusion: bool) -> Optional[float]:
+        """The state monitor's value of ``text`` (:mod:`~tcrag_langgraph.monitor.state_values`): given the
+        question (the paper's cppl / uct), or the question and the tool observations on the stack;
+        ``None`` when the monitor is switched off."""
+        if not cfg.enable_state_monitor:
+            return None
+        if not uses_evidence(cfg.metric):  # the paper's eq. 2 / eq. 3, through the scorer's own score()
+            return self.score(state["question"], text, metric=cfg.metric)
+        context = evidence_context(state["question"], observations(state["stack"]))
+        if cfg.metric == "answer_prob":
+            if not conclusion:  # a Thought has no answer to weigh: it keeps the state at sigma
+                return state["sigma"]
+            chosen = answer_format.fit(cfg.answer_format, text)
+            return self.score_choice(context, chosen, cfg.answer_format)
+        return self.score_given(context, text, metric=base_metric(cfg.metric))
 
     def halt(self, state: Mapping[str, Any], config: Optional[RunnableConfig], **kwargs: Any) -> Command:
         """The kernel's halt; the stack machine also drops its pending action."""
@@ -140,8 +153,10 @@ class _Machine(RunKernel):
             for shown, reply in demonstrations(tools, offered, language=cfg.language):
                 messages += [HumanMessage(content=shown), AIMessage(content=reply)]
         rendered = render_stack(stack)
+        rejected = transitions.just_rejected(state.get("trace", []))
         turn = (final_turn_text(rendered, answer_rule=answer_rule) if final
-                else turn_text(rendered, steps_left=cfg.max_steps - steps, answer_rule=answer_rule))
+                else turn_text(rendered, steps_left=cfg.max_steps - steps, answer_rule=answer_rule,
+                               rejected=rejected_note(rejected, offered) if rejected is not None else ""))
         messages.append(HumanMessage(content=turn))
         for item in state.get("format_feedback", []):
             messages += [AIMessage(content=item["output"]), HumanMessage(content=item["error"])]
@@ -196,7 +211,7 @@ class _Machine(RunKernel):
     def thought(self, state: TCRAGState, config: RunnableConfig, runtime: Runtime) -> Command[Literal["Generate", "__end__"]]:
         cfg = self.cfg(config, runtime)
         content = state["pending_action"].content
-        score = self.monitor(state, cfg, content)  # a failure halts: scorer_error
+        score = self.monitor(state, cfg, content, conclusion=False)  # a failure halts: scorer_error
         t = transitions.thought(self.machine(state), content, score=score)
         return Command(goto="Generate", update=self.apply(state, config, t))
 
@@ -241,6 +256,10 @@ class _Machine(RunKernel):
         content = state["pending_action"].content
         earlier = (transitions.rejected_conclusion(state.get("trace", []), content)
                    if cfg.enable_state_monitor and not state.get("final_conclusion") else None)
+        if earlier is not None and uses_evidence(cfg.metric):
+            latest = transitions.rejected_conclusion(state.get("trace", []), content, latest=True)
+            if transitions.evidence_since(state.get("trace", []), latest.step):
+                earlier = None  # its value depends on the evidence too, and new evidence came: score it again
         if earlier is not None:  # the same text would get the same value: halt instead of looping
             t = transitions.repeated_conclusion(self.machine(state), content, earlier)
             update = self.apply(state, config, t)
@@ -248,7 +267,7 @@ class _Machine(RunKernel):
             return self.halt({**state, **update}, config, reason=t.halt, answer=t.answer, validated=False,
                              error=f"the model wrote again the Conclusion the state monitor rejected at step "
                                    f"{earlier.step}; not validated", extra=update)
-        score = self.monitor(state, cfg, content)  # a failure halts: scorer_error
+        score = self.monitor(state, cfg, content, conclusion=True)  # a failure halts: scorer_error
         apply_rule = transitions.final_conclusion if state.get("final_conclusion") else transitions.conclusion
         t = apply_rule(self.machine(state), content, score=score)
         update = self.apply(state, config, t)

@@ -44,7 +44,8 @@ from langgraph.types import Command
 from pydantic import BaseModel, ConfigDict
 
 from ..models.local import cut_at_stop, resolve_chat_model, takes_generation_settings
-from ..monitor.scoring import MonitorUnavailableError, scorer_for_model
+from ..monitor.scoring import MonitorUnavailableError, scorer_for_model, token_logprobs_to_metric
+from ..monitor.state_values import choice_value
 from ..tools.layer import invoke_tool, is_tool_error
 from ..tools.layer.outcome import content_text
 from ..tools.tokens import count_tokens
@@ -208,6 +209,35 @@ class RunKernel:
             raise RunFailure("scorer_error", f"{type(exc).__name__}: {exc}") from exc
         if not math.isfinite(value):  # NaN or infinity never passes or fails a threshold meaningfully
             raise RunFailure("scorer_error", f"ValueError: the scorer returned {value}")
+        return value
+
+    def score_given(self, context: str, text: str, *, metric: str) -> float:
+        """eq. 2 / eq. 3 (``metric`` cppl / uct) of ``text`` conditioned on all of ``context``, from the
+        scorer's token log-probs (a scorer's own ``score`` may leave the context out of uct, as eq. 3
+        does); a failure or a value that is not finite raises ``RunFailure("scorer_error")``."""
+        try:
+            value = token_logprobs_to_metric(self.token_logprobs(context, text), metric)
+        except RunFailure:
+            raise
+        except Exception as exc:
+            raise RunFailure("scorer_error", f"{type(exc).__name__}: {exc}") from exc
+        if not math.isfinite(value):
+            raise RunFailure("scorer_error", f"ValueError: the scorer returned {value}")
+        return value
+
+    def score_choice(self, context: str, chosen: str, choices: Sequence[str]) -> float:
+        """``answer_prob``: 1 - the normalised probability of ``chosen`` among ``choices`` given
+        ``context`` (:func:`~tcrag_langgraph.monitor.state_values.choice_value`), from the scorer's
+        token log-probs of each ``Conclusion: <choice>``; a failure raises ``RunFailure("scorer_error")``."""
+        try:
+            sums = {choice: sum(self.token_logprobs(context, f"Conclusion: {choice}")) for choice in choices}
+            value = choice_value(sums, chosen)
+        except RunFailure:
+            raise
+        except Exception as exc:
+            raise RunFailure("scorer_error", f"{type(exc).__name__}: {exc}") from exc
+        if not math.isfinite(value):
+            raise RunFailure("scorer_error", f"ValueError: the answer probability is {value}")
         return value
 
     def token_logprobs(self, context: str, text: str) -> list[float]:

@@ -6,12 +6,12 @@ import json
 from functools import lru_cache
 from importlib import resources
 from string import Template
-from typing import Optional, Sequence
+from typing import Any, Optional, Sequence
 
 from langchain_core.tools import BaseTool
 
 
-__all__ = ["system_prompt", "demonstrations", "load_prompt_file", "turn_text", "final_turn_text"]
+__all__ = ["system_prompt", "demonstrations", "load_prompt_file", "turn_text", "final_turn_text", "rejected_note"]
 
 
 @lru_cache(maxsize=16)
@@ -34,10 +34,27 @@ def system_prompt(tools: Sequence[BaseTool], allowed_actions: Sequence[str], *, 
     )
 
 
-def turn_text(rendered_stack: str, *, steps_left: Optional[int] = None, answer_rule: str = "") -> str:
-    """The user turn that shows the stack and asks for the next action (with the steps left and
-    the answer's required form, when there are such)."""
-    notes = []
+def rejected_note(event: Any, offered: Sequence[str]) -> str:
+    """What the model is told after the monitor rejected its Conclusion (it stays on the stack as a
+    Thought): that it was not supported, and what it can do instead of writing it again."""
+    ways = []
+    if "Tool_Use" in offered:
+        ways.append("search again with a new, more specific Tool_Use query")
+    if "Backtrack" in offered:
+        ways.append("Backtrack to drop a misleading step")
+    if "Summary" in offered:
+        ways.append("Summary to condense the evidence")
+    ways.append("a Thought that checks the answer against the evidence")
+    value = f" (state value {event.state_value:.3g})" if getattr(event, "state_value", None) is not None else ""
+    return (f"Your last Conclusion was not supported{value}; it is kept above as a Thought. Do not repeat it: "
+            + "; or ".join(ways) + ", then conclude.")
+
+
+def turn_text(rendered_stack: str, *, steps_left: Optional[int] = None, answer_rule: str = "",
+              rejected: str = "") -> str:
+    """The user turn that shows the stack and asks for the next action (with the steps left, the
+    answer's required form and a note on a just-rejected Conclusion, when there are such)."""
+    notes = [rejected] if rejected else []
     if steps_left is not None:
         notes.append(f"Steps left: {steps_left}." + (" Write your Conclusion now." if steps_left <= 1 else ""))
     if answer_rule:

@@ -149,6 +149,12 @@ def replace_top(stack: list[Frame], frame: Frame) -> tuple[list[Frame], Frame]:
     return push(rest, frame), popped
 
 
+def observations(stack: list[Frame]) -> list[str]:
+    """What the tools returned on the stack, bottom first (errors are never evidence)."""
+    return [f.tool_call.observation for f in stack
+            if f.action is Action.TOOL_USE and f.tool_call is not None and not f.tool_call.is_error]
+
+
 def render_stack(stack: list[Frame]) -> str:
     """The stack as the text the model reads, bottom first."""
     return "\n".join(frame.render() for frame in stack)

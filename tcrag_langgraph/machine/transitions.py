@@ -243,14 +243,39 @@ def _normalised_input(tool_input: Any) -> str:
     return _normalised_text(text)
 
 
-def rejected_conclusion(trace: Sequence[TraceEvent], content: str) -> Optional[TraceEvent]:
+def rejected_conclusion(trace: Sequence[TraceEvent], content: str, *, latest: bool = False) -> Optional[TraceEvent]:
     """The trace event of an earlier Conclusion the monitor rejected with the same text (equal after
-    normalising case, spacing and punctuation), if any."""
+    normalising case, spacing and punctuation), if any: the first such, or with ``latest`` the last."""
     key = _normalised_text(content)
+    found = None
     for event in trace:
         if event.action == Action.CONCLUSION.value and event.op == "reject" and _normalised_text(event.content) == key:
-            return event
+            if not latest:
+                return event
+            found = event
+    return found
+
+
+def just_rejected(trace: Sequence[TraceEvent]) -> Optional[TraceEvent]:
+    """The monitor's rejection of a Conclusion, if that is the last thing that happened in the run."""
+    last = trace[-1] if trace else None
+    if last is not None and last.action == Action.CONCLUSION.value and last.op == "reject":
+        return last
     return None
+
+
+def evidence_since(trace: Sequence[TraceEvent], step: int) -> bool:
+    """Whether a tool call after ``step`` put a real observation on the stack (an error or a refused
+    repeat is no evidence)."""
+    for event in trace:
+        if event.step > step and event.action == Action.TOOL_USE.value and event.op == "push":
+            try:
+                error = json.loads(event.detail or "{}").get("error")
+            except (ValueError, AttributeError):
+                error = "unknown"
+            if error is None:
+                return True
+    return False
 
 
 def repeated_conclusion(m: Machine, content: str, earlier: TraceEvent) -> Transition:

@@ -21,10 +21,13 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from .state_values import STATE_VALUES
+
 __all__ = ["METRICS", "Calibration", "CalibrationNotFoundError", "default_calibration_path", "save_calibration",
            "load_calibration", "resolve_sigma"]
 
-METRICS = ("cppl", "uct")
+#: the state values a calibration can be stored for
+METRICS = STATE_VALUES
 
 
 class CalibrationNotFoundError(FileNotFoundError):
@@ -50,7 +53,7 @@ class Calibration:
 
     def __post_init__(self) -> None:
         if self.metric not in METRICS:
-            raise ValueError(f"unknown metric {self.metric!r}; use 'cppl' or 'uct'")
+            raise ValueError(f"unknown metric {self.metric!r}; use one of {', '.join(METRICS)}")
         if isinstance(self.sigma, bool) or not isinstance(self.sigma, (int, float)) or not (
             math.isfinite(self.sigma) and self.sigma > 0
         ):
@@ -97,7 +100,7 @@ def default_calibration_path(model_id: str, metric: str) -> Path:
     from ..models.local import cache_dir
 
     if metric not in METRICS:
-        raise ValueError(f"unknown metric {metric!r}; use 'cppl' or 'uct'")
+        raise ValueError(f"unknown metric {metric!r}; use one of {', '.join(METRICS)}")
     return cache_dir() / "calibration" / f"{_file_safe(model_id)}.{metric}.json"
 
 

@@ -1,0 +1,75 @@
+"""The state values the monitor can use, and what each one is conditioned on.
+
+=================  ==========================================================================  =======
+``metric``         the value of a Conclusion (or Thought)                                      sigma
+=================  ==========================================================================  =======
+``cppl``           eq. 2 of the paper: conditional perplexity given the User_Query             10
+``uct``            eq. 3 of the paper: token entropy (given the User_Query)                    20
+``cppl_evidence``  eq. 2 conditioned on the User_Query AND the tool observations on the stack  10
+``uct_evidence``   eq. 3 over the text's tokens predicted given the same context               20
+``answer_prob``    1 - the normalised probability the model gives the chosen answer among the  0.5
+                   allowed ones (yes/no/maybe, option letters), given question and evidence
+=================  ==========================================================================  =======
+
+``cppl`` and ``uct`` are the paper's and stay the defaults. The others go beyond it (issue 23):
+eq. 2 conditions only on the User_Query, so for a one-word answer it measures the model's prior
+for that word, not whether the evidence on the stack supports it. ``answer_prob`` needs a declared
+answer format whose answers are a list of choices; a Thought has no answer to weigh, so under it a
+Thought's value is sigma (a Thought never ends a run anyway). Every value comes from the same
+log-prob source, the generator's own weights (``token_logprobs`` of the scorer), with the same
+teacher-forced pass; the evidence values apply the paper's formulas to the token log-probs given
+the whole context (a scorer's own ``score`` may leave the context out of uct, as eq. 3 does).
+
+Example:
+    >>> round(choice_value({"yes": -0.1, "no": -2.4, "maybe": -3.0}, "yes"), 4)
+    0.1344
+    >>> choice_value({"yes": -0.1, "no": -2.4}, "no") > 0.5
+    True
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Mapping, Optional, Sequence
+
+__all__ = ["STATE_VALUES", "PAPER_VALUES", "DEFAULT_SIGMA", "base_metric", "uses_evidence", "choice_value",
+           "evidence_context"]
+
+#: every selectable state value
+STATE_VALUES = ("cppl", "uct", "cppl_evidence", "uct_evidence", "answer_prob")
+#: the paper's own (eq. 2 and eq. 3)
+PAPER_VALUES = ("cppl", "uct")
+#: sigma when none is given: the paper's 10 / 20 (section 8.7.6) for its values and their evidence
+#: variants; 0.5 for ``answer_prob`` (accept an answer the model prefers over all others together)
+DEFAULT_SIGMA: dict[str, float] = {"cppl": 10.0, "uct": 20.0, "cppl_evidence": 10.0, "uct_evidence": 20.0,
+                                   "answer_prob": 0.5}
+
+
+def base_metric(metric: str) -> Optional[str]:
+    """The formula a value applies to token log-probs (``cppl``/``uct``); None for ``answer_prob``."""
+    if metric not in STATE_VALUES:
+        raise ValueError(f"unknown state value {metric!r}; choose from {', '.join(STATE_VALUES)}")
+    return None if metric == "answer_prob" else metric.split("_")[0]
+
+
+def uses_evidence(metric: str) -> bool:
+    """Whether the value is conditioned on the tool observations as well as the User_Query."""
+    base_metric(metric)
+    return metric not in PAPER_VALUES
+
+
+def evidence_context(question: str, observations: Sequence[str]) -> str:
+    """The context an evidence-conditioned value scores against: the User_Query, then what the tools
+    returned (in stack order). Without observations it is the User_Query alone."""
+    if not observations:
+        return question
+    return question + "\n\nEvidence:\n" + "\n\n".join(o.strip() for o in observations if o.strip())
+
+
+def choice_value(logprob_sums: Mapping[str, float], chosen: str) -> float:
+    """``1 - P(chosen)`` where P normalises ``exp(sum of token log-probs)`` over the allowed answers."""
+    if chosen not in logprob_sums:
+        raise ValueError(f"{chosen!r} is not one of the allowed answers {sorted(logprob_sums)}")
+    top = max(logprob_sums.values())
+    weights = {answer: math.exp(value - top) for answer, value in logprob_sums.items()}
+    return 1.0 - weights[chosen] / sum(weights.values())
