@@ -79,11 +79,15 @@ def test_answer_prob_needs_a_list_of_choices_and_every_value_has_a_default_sigma
 def test_a_repeated_conclusion_is_scored_again_only_after_new_evidence():
     """With an evidence value, a rejected Conclusion written again after a new observation may now be
     supported: it is scored; written again with no new evidence, the run halts as repeated."""
-    scorer = ScriptedScorer({"Evidence:": 1.0}, default=50.0, match="substring")
 
     class ByContext(ScriptedScorer):
+        """cppl 1 when the context holds evidence, else 50, whatever the text."""
+
         def score(self, query, text, *, metric):
-            return scorer.score("", query, metric=metric)  # the value depends on the context only
+            return math.exp(-self.token_logprobs(query, text)[0])
+
+        def token_logprobs(self, context, text):
+            return [-math.log(1.0 if "Evidence:" in context else 50.0)]
 
     after_evidence = run("cppl_evidence", ByContext(), [
         "Conclusion: yes", "Tool_Use: DOC_RAG\nTool_Input: scurvy", "Conclusion: yes"])
