@@ -10,7 +10,6 @@ Nothing here loads a model: loading happens on the first call, after every check
 from __future__ import annotations
 
 import os
-import re
 from typing import Any, Optional
 
 __all__ = ["FACE_DEFAULTS", "ES_URL_ENV", "ES_INDEX_ENV", "ES_API_KEY_ENV", "METHOD_ENV", "MODEL_ENV",
@@ -31,9 +30,6 @@ ES_INDEX_ENV = "TCRAG_ES_INDEX"
 ES_API_KEY_ENV = "TCRAG_ES_API_KEY"
 METHOD_ENV = "TCRAG_METHOD"
 MODEL_ENV = "TCRAG_MODEL"
-
-_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
-
 
 class UserError(Exception):
     """A problem with what the user gave: shown as ``<kind>: <message>`` on one line, exit status 2."""
@@ -69,21 +65,21 @@ def _validation_line(exc: Any) -> str:
 
 
 def api_key_from_env(name: Optional[str], *, flag: str = "--api-key-env") -> Optional[str]:
-    """The key held by environment variable ``name`` (never a key on a command line); None without a name.
+    """The key held by environment variable ``name`` (:func:`~tcrag_langgraph.models.credentials.key_from_env`);
+    None without a name.
 
     Example:
         >>> api_key_from_env(None) is None
         True
     """
-    if name is None:
-        return None
-    if not _ENV_NAME.fullmatch(name):
-        raise UserError("Invalid option", f"{flag} takes the NAME of an environment variable holding the key "
-                                          "(e.g. OPENAI_API_KEY), never the key itself")
-    value = os.environ.get(name, "")
-    if not value.strip():
-        raise UserError("Missing credentials", f"the environment variable {name} (named by {flag}) is not set")
-    return value.strip()
+    from ..models.credentials import MissingCredentialsError, key_from_env
+
+    try:
+        return key_from_env(name, flag=flag)
+    except MissingCredentialsError as exc:
+        raise UserError("Missing credentials", str(exc)) from None
+    except ValueError as exc:
+        raise UserError("Invalid option", str(exc)) from None
 
 
 def _is_provider_name(model: Optional[str]) -> bool:
