@@ -221,9 +221,13 @@ def _quiet_library_progress() -> None:
 
 def _version(value: bool) -> None:
     if value:
-        from .. import __version__
+        from importlib.metadata import PackageNotFoundError, version
 
-        typer.echo(f"tcrag {__version__}")
+        try:
+            found = version("tcrag-langgraph")
+        except PackageNotFoundError:  # pragma: no cover - run from a source tree that is not installed
+            found = "unknown (not installed)"
+        typer.echo(f"tcrag {found}")
         raise typer.Exit()
 
 

@@ -320,6 +320,7 @@ def build_graph(
     store: Any = None,
     name: str = "tcrag",
     trust_client_identity: bool = False,
+    model_kwargs: Optional[Mapping[str, Any]] = None,
 ):
     """Build and compile the TC-RAG graph.
 
@@ -345,12 +346,16 @@ def build_graph(
         trust_client_identity: let a run's ``context`` / ``configurable`` set ``caller`` (the
             identity handed to tools such as EMR_SEARCH). Off by default: those are written by the
             client. Turn it on only in-process, when your own code builds the context.
+        model_kwargs: keywords for the chat model a ``"provider:model"`` name makes (LangChain's
+            ``init_chat_model``), e.g. ``{"base_url": "http://127.0.0.1:8000/v1", "api_key": key}`` for a
+            vLLM server; every method's builder takes them the same way.
 
     Returns:
         A compiled graph: ``invoke({"question": ...})`` or ``invoke({"messages": [...]})``.
     """
     args = build_arguments(model=model, tools=tools, scorer=scorer, config=config, options=options, name=name,
-                           trust_client_identity=trust_client_identity, method="TC-RAG")
+                           trust_client_identity=trust_client_identity, method="TC-RAG",
+                           model_kwargs=model_kwargs)
     model, cfg = args.model, args.config
     if cfg.sigma == "auto":  # the generator's stored calibration; a missing one fails here, not mid-run
         cfg = cfg.merged({"sigma": resolve_sigma(cfg, chat_model_id(model))})

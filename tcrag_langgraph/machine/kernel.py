@@ -324,6 +324,7 @@ def build_arguments(
     trust_client_identity: Any,
     options_type: Optional[type[MethodOptions]] = None,
     method: str = "this method",
+    model_kwargs: Optional[Mapping[str, Any]] = None,
 ) -> BuildArguments:
     """Check and resolve the arguments every builder takes, the same way for every method.
 
@@ -331,7 +332,9 @@ def build_arguments(
     (the packaged default). ``tools``: LangChain tools with unique names. ``scorer``: None, an object
     with ``score`` or ``token_logprobs``, or a callable. ``config``: a :class:`TCRAGConfig` or a
     mapping of its fields. ``options``: the method's own options (or a mapping of them); a method
-    without options takes none. A wrong type is a TypeError, a bad value a ValueError.
+    without options takes none. ``model_kwargs``: what a ``"provider:model"`` name's chat model is made
+    with (``init_chat_model``'s keywords, e.g. ``base_url``, ``api_key``); only with such a name. A
+    wrong type is a TypeError, a bad value a ValueError.
     """
     if not (model is None or isinstance(model, (BaseChatModel, str, os.PathLike))):
         raise TypeError(f"model must be a LangChain chat model, a path or a 'provider:model' name, "
@@ -376,8 +379,13 @@ def build_arguments(
         raise ValueError("name must not be empty")
     if not isinstance(trust_client_identity, bool):
         raise TypeError(f"trust_client_identity must be True or False, got {type(trust_client_identity).__name__}")
+    if model_kwargs is not None and not isinstance(model_kwargs, Mapping):
+        raise TypeError(f"model_kwargs must be a mapping of init_chat_model keywords, got {type(model_kwargs).__name__}")
     if not isinstance(model, BaseChatModel):  # the packaged default, a local path or a provider name
-        model = resolve_chat_model(model, max_new_tokens=cfg.max_new_tokens, temperature=cfg.temperature)
+        model = resolve_chat_model(model, max_new_tokens=cfg.max_new_tokens, temperature=cfg.temperature,
+                                   **dict(model_kwargs or {}))
+    elif model_kwargs:
+        raise ValueError("model_kwargs apply to a model given by name; set them on the chat model you built")
     return BuildArguments(model=model, tools=tools, scorer=scorer, config=cfg, options=opts, name=name,
                           trust_client_identity=trust_client_identity)
 
