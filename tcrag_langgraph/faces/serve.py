@@ -535,7 +535,7 @@ def register(app: Any) -> None:
         from pydantic import ValidationError as _ValidationError
 
         from .cli import _quiet_library_progress
-        from .run_options import (api_key_from_env, build_for_face, check_sigma, make_generator, make_scorer,
+        from .run_options import (FACE_DEFAULTS, api_key_from_env, build_for_face, check_sigma, make_generator, make_scorer,
                                   make_tools)
 
         _quiet_library_progress()
@@ -545,22 +545,31 @@ def register(app: Any) -> None:
                 warning = check_exposure(host, authenticated=users is not None)
             except ValueError as exc:
                 raise UserError("Invalid option", str(exc)) from None
-            try:
-                cfg = config_from_flags(config_values)
-            except _ValidationError as exc:
-                first = exc.errors()[0]
-                where = "--" + ".".join(str(p) for p in first["loc"]).replace("_", "-") if first["loc"] else "options"
-                raise UserError("Invalid option", f"{where}: {first['msg']}") from None
+            components: dict[str, Any] = {}
             if scripted:
                 if any(v is not None for v in (model, device, dtype, base_url, scorer)):
                     raise UserError("Invalid option", "--scripted replaces the model: do not combine it with --model, "
                                                       "--device, --dtype, --base-url or --scorer")
-                from ..testing import scripted_graph
+                from ..testing import scripted_components
 
                 try:
-                    graph = scripted_graph(scripted)
+                    components = scripted_components(scripted)
                 except (OSError, ValueError) as exc:
                     raise UserError("Invalid script", str(exc)) from None
+            try:
+                base = None
+                if components:  # the script's own settings over the faces' bounded budgets
+                    script_cfg = components["config"]
+                    base = TCRAGConfig(**{**FACE_DEFAULTS, **{k: getattr(script_cfg, k)
+                                                             for k in script_cfg.model_fields_set}})
+                cfg = config_from_flags(config_values, base=base)
+            except _ValidationError as exc:
+                first = exc.errors()[0]
+                where = "--" + ".".join(str(p) for p in first["loc"]).replace("_", "-") if first["loc"] else "options"
+                raise UserError("Invalid option", f"{where}: {first['msg']}") from None
+            if components:
+                graph = build_for_face(method, model=components["model"], tools=components["tools"],
+                                       scorer=components["scorer"], config=cfg)
             else:
                 api_key = api_key_from_env(api_key_env)
                 chat = make_generator(model, base_url=base_url, api_key=api_key, device=device, dtype=dtype,
