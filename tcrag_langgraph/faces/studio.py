@@ -26,7 +26,7 @@ import os
 import threading
 from typing import Any, Optional
 
-from tcrag_langgraph.testing import SCRIPT_ENV, scripted_graph
+from tcrag_langgraph.testing import SCRIPT_ENV
 
 __all__ = ["make_graph", "studio_graph", "graph", "SCRIPT_ENV", "STUDIO_METHODS", "crp_rag_graph",
            "kag_thinker_graph", "diffrag_graph", "base_graph", "cot_graph", "sr_rag_graph", "react_graph"]
@@ -49,12 +49,10 @@ def make_graph(*, script: Optional[str] = None, tools: bool = True, method: str 
     Never has a checkpointer."""
     from tcrag_langgraph.faces.run_options import FACE_DEFAULTS
     from tcrag_langgraph.machine.config import TCRAGConfig
-    from tcrag_langgraph.methods.registry import DEFAULT_METHOD, build_method
+    from tcrag_langgraph.methods.registry import build_method
 
     script = script or os.environ.get(SCRIPT_ENV) or None
     if script:
-        if method == DEFAULT_METHOD:
-            return scripted_graph(script)
         from tcrag_langgraph.testing import scripted_components
 
         parts = scripted_components(script)
