@@ -338,6 +338,9 @@ def ask(
         es_api_key = api_key_from_env(es_api_key_env, flag="--es-api-key-env")
         if components:
             chat, tool_list, state_scorer = components["model"], components["tools"], components["scorer"]
+            if es_url:  # a scripted model driving the real Elasticsearch document tool
+                es_tool = make_tools(True, es_url=es_url, es_index=es_index, es_api_key=es_api_key)[0]
+                tool_list = [es_tool, *(t for t in tool_list if t.name != es_tool.name)]
         else:
             chat = make_generator(model, base_url=base_url, api_key=api_key, device=device, dtype=dtype,
                                   max_new_tokens=cfg.max_new_tokens, temperature=cfg.temperature, seed=seed)

@@ -568,7 +568,12 @@ def register(app: Any) -> None:
                 where = "--" + ".".join(str(p) for p in first["loc"]).replace("_", "-") if first["loc"] else "options"
                 raise UserError("Invalid option", f"{where}: {first['msg']}") from None
             if components:
-                graph = build_for_face(method, model=components["model"], tools=components["tools"],
+                tool_list = components["tools"]
+                if es_url:  # a scripted model driving the real Elasticsearch document tool
+                    es_tool = make_tools(True, es_url=es_url, es_index=es_index,
+                                         es_api_key=api_key_from_env(es_api_key_env, flag="--es-api-key-env"))[0]
+                    tool_list = [es_tool, *(t for t in tool_list if t.name != es_tool.name)]
+                graph = build_for_face(method, model=components["model"], tools=tool_list,
                                        scorer=components["scorer"], config=cfg)
             else:
                 api_key = api_key_from_env(api_key_env)
