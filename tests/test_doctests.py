@@ -7,7 +7,8 @@ import pytest
 
 MODULES = ["machine.transitions", "machine.answer_format", "machine.result", "machine.graph", "machine.config",
            "machine.state", "machine.actions", "machine.run_input", "machine.events", "machine.identity",
-           "machine.kernel", "monitor.calibration", "methods.registry", "methods.baselines", "eval.calibration"]
+           "machine.kernel", "monitor.calibration", "methods.registry", "methods.baselines", "eval.calibration",
+           "monitor.from_spec", "models.credentials", "faces.run_options", "faces.agent_tool"]
 
 
 @pytest.mark.parametrize("name", MODULES)
