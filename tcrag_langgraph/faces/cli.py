@@ -308,13 +308,14 @@ def ask(
     from ..machine.graph import EVENT_NAME, question_problem
     from ..machine.result import RunResult
     from ..models.local import LocalChatModel, LocalModelError
-    from .run_options import (api_key_from_env, build_for_face, check_sigma, make_generator, make_scorer,
-                              make_tools, one_line)
+    from .run_options import (api_key_from_env, build_for_face, check_method, check_sigma, make_generator,
+                              make_scorer, make_tools, one_line)
 
     err = Console(stderr=True)
     _quiet_library_progress()
     components: dict[str, Any] = {}
     try:
+        check_method(method)
         if scripted is not None:
             if any(v is not None for v in (model, device, dtype, base_url, scorer)):
                 raise UserError("Invalid option", "--scripted replaces the model and its monitor: do not combine it "

@@ -14,7 +14,7 @@ from typing import Any, Optional
 
 __all__ = ["FACE_DEFAULTS", "ES_URL_ENV", "ES_INDEX_ENV", "ES_API_KEY_ENV", "METHOD_ENV", "MODEL_ENV",
            "UserError", "one_line", "api_key_from_env", "make_generator", "make_scorer", "make_tools",
-           "check_sigma", "build_for_face", "monitor_refusal"]
+           "check_sigma", "check_method", "build_for_face", "monitor_refusal"]
 
 #: Where every face differs from TCRAGConfig's (paper) defaults, and why: the paper's 500 new tokens
 #: and 12 steps are for a 32B model. A reply holds one action (generation stops at the next label)
@@ -189,15 +189,22 @@ def monitor_refusal(exc: BaseException) -> UserError:
                      "same weights), or turn the monitor off with --no-state-monitor.")
 
 
-def build_for_face(method: str, *, model: Any, tools: list[Any], scorer: Any, config: Any,
-                   **build_options: Any) -> Any:
-    """The compiled graph of registry method ``method``, every refusal a :class:`UserError`."""
-    from ..methods.registry import DEFAULT_METHOD, METHOD_NAMES, build_method
-    from ..monitor.scoring import MonitorUnavailableError
+def check_method(method: str) -> None:
+    """``method`` must be :data:`~tcrag_langgraph.methods.registry.DEFAULT_METHOD` or a registry name."""
+    from ..methods.registry import DEFAULT_METHOD, METHOD_NAMES
 
     if method != DEFAULT_METHOD and method not in METHOD_NAMES:
         raise UserError("Invalid option", f"--method {method!r} is not a method; choose from "
                                           f"{', '.join((DEFAULT_METHOD, *METHOD_NAMES))}")
+
+
+def build_for_face(method: str, *, model: Any, tools: list[Any], scorer: Any, config: Any,
+                   **build_options: Any) -> Any:
+    """The compiled graph of registry method ``method``, every refusal a :class:`UserError`."""
+    from ..methods.registry import build_method
+    from ..monitor.scoring import MonitorUnavailableError
+
+    check_method(method)
     try:
         return build_method(method, model=model, tools=tools, scorer=scorer, config=config, **build_options)
     except MonitorUnavailableError as exc:

@@ -535,8 +535,8 @@ def register(app: Any) -> None:
         from pydantic import ValidationError as _ValidationError
 
         from .cli import _quiet_library_progress
-        from .run_options import (FACE_DEFAULTS, api_key_from_env, build_for_face, check_sigma, make_generator, make_scorer,
-                                  make_tools)
+        from .run_options import (FACE_DEFAULTS, api_key_from_env, build_for_face, check_method, check_sigma,
+                                  make_generator, make_scorer, make_tools)
 
         _quiet_library_progress()
         try:
@@ -545,6 +545,7 @@ def register(app: Any) -> None:
                 warning = check_exposure(host, authenticated=users is not None)
             except ValueError as exc:
                 raise UserError("Invalid option", str(exc)) from None
+            check_method(method)
             components: dict[str, Any] = {}
             if scripted:
                 if any(v is not None for v in (model, device, dtype, base_url, scorer)):
