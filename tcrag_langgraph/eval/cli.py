@@ -293,13 +293,15 @@ def register(app: typer.Typer) -> None:
         fields: Optional[str] = typer.Option(None, help='JSONL field mapping as JSON, e.g. {"question": "q"}'),
         task: Optional[str] = typer.Option(None, help="JSONL: force mcq, yesno or open"),
         answer_index_base: Optional[int] = typer.Option(None, help="JSONL: integer answers are 0- or 1-based"),
-        model: str = typer.Option("local", help="local, a transformers folder, a .gguf file, a provider:model "
-                                  "name (LangChain init_chat_model), or module:callable"),
-        tools: str = typer.Option("none", help="none, default, docs, web (comma-separated) or module:callable"),
+        model: str = typer.Option("local", help="local, a transformers folder, a .gguf file, a served model as "
+                                  "provider:name (e.g. openai:NAME), or a Python function returning a chat model "
+                                  "(module:function)"),
+        tools: str = typer.Option("none", help="none, default, docs, web (comma-separated) or a Python function "
+                                  "returning tools (module:function)"),
         exclude_eval_docs: bool = typer.Option(False, help="docs tool: drop the evaluated questions' own abstracts"),
         scorer: str = typer.Option("local", help="the state monitor: local (the model's own weights), a vLLM or "
-                                   "SGLang completions server address, a local model folder or .gguf file, or "
-                                   "module:callable"),
+                                   "SGLang completions server address, a local model folder or .gguf file, or a "
+                                   "Python function returning a scorer (module:function)"),
         base_url: Optional[str] = typer.Option(None, help="served models: the server's API address, e.g. "
                                                "http://127.0.0.1:8000/v1"),
         api_key_env: Optional[str] = typer.Option(None, metavar="NAME", help="served models and --scorer servers: "
@@ -385,7 +387,7 @@ def register(app: typer.Typer) -> None:
 
     @app.command("summarize")
     def summarize_command(
-        runs: list[Path] = typer.Argument(..., help="run folders of `tcrag eval` (same questions and settings)"),
+        runs: list[Path] = typer.Argument(..., help="run folders of tcrag eval (same questions and settings)"),
         common: bool = typer.Option(True, "--common/--all", help="only the questions every method finished"),
         out: Optional[Path] = typer.Option(None, help="also write summary.md / summary.csv / the plot here"),
     ) -> None:
@@ -415,15 +417,17 @@ def register(app: typer.Typer) -> None:
                                    "metric measured on its answers; files then get a .<metric> suffix)"),
         method: str = typer.Option("wo-monitor", help="method producing the answers (its monitor is not used)"),
         rule: str = typer.Option("youden", help="youden or accuracy"),
-        limit: Optional[int] = typer.Option(None, min=1),
-        seed: int = typer.Option(0),
+        limit: Optional[int] = typer.Option(None, min=1, help="use this many questions (a sample; default: all)"),
+        seed: int = typer.Option(0, help="seed for sampling questions and for generation"),
         out: Path = typer.Option(..., help="output folder (results.jsonl, calibration.json); reruns resume"),
-        context: bool = typer.Option(True, "--context/--no-context"),
-        model: str = typer.Option("local", help="local, a transformers folder, a .gguf file, or module:callable"),
-        tools: str = typer.Option("none"),
+        context: bool = typer.Option(True, "--context/--no-context", help="give the dataset's context passage"),
+        model: str = typer.Option("local", help="local, a transformers folder, a .gguf file, a served model as "
+                                  "provider:name, or a Python function returning a chat model (module:function)"),
+        tools: str = typer.Option("none", help="none, default, docs, web (comma-separated) or a Python function "
+                                  "returning tools (module:function)"),
         scorer: str = typer.Option("local", help="the state monitor: local (the model's own weights), a vLLM or "
-                                   "SGLang completions server address, a local model folder or .gguf file, or "
-                                   "module:callable"),
+                                   "SGLang completions server address, a local model folder or .gguf file, or a "
+                                   "Python function returning a scorer (module:function)"),
         base_url: Optional[str] = typer.Option(None, help="served models: the server's API address, e.g. "
                                                "http://127.0.0.1:8000/v1"),
         api_key_env: Optional[str] = typer.Option(None, metavar="NAME", help="served models and --scorer servers: "

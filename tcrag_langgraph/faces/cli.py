@@ -178,8 +178,12 @@ def _render_result(console: Console, result: Any) -> None:
     """The end of the live view: answer, status, the sources it used, the structured answer."""
     from rich.markup import escape
 
-    verdict = ("[green]validated[/] (state value below sigma)" if result.answer_validated
-               else f"[yellow]NOT validated[/] ({result.halt_reason})")
+    if result.answer_validated:
+        verdict = "[green]validated[/] (state value below sigma)"
+    elif result.halt_reason == "monitor_cannot_judge":
+        verdict = "[yellow]not validated: the monitor cannot judge this model[/]"
+    else:
+        verdict = f"[yellow]NOT validated[/] ({result.halt_reason})"
     console.print()
     console.print(f"[bold]Answer:[/] {escape(result.answer) if result.answer is not None else '(none)'}")
     if result.structured_answer is not None and result.structured_answer != result.answer:  # asked format

@@ -309,6 +309,18 @@ def _review_decision(decision: Any) -> tuple[bool, Optional[str]]:
     return False, f"unrecognised review decision {decision!r}"
 
 
+def _unjudged(model: Any) -> dict[str, str]:
+    """metric -> why the monitor cannot judge ``model`` (:func:`~tcrag_langgraph.monitor.calibration.monitor_cannot_judge`)."""
+    from ..monitor.calibration import METRICS, monitor_cannot_judge
+
+    try:
+        model_id = chat_model_id(model)
+    except ValueError:
+        return {}
+    found = {metric: monitor_cannot_judge(model_id, metric) for metric in METRICS}
+    return {metric: note for metric, note in found.items() if note}
+
+
 def build_graph(
     *,
     model: BaseChatModel | str | os.PathLike[str] | None = None,
@@ -359,9 +371,12 @@ def build_graph(
     model, cfg = args.model, args.config
     if cfg.sigma == "auto":  # the generator's stored calibration; a missing one fails here, not mid-run
         cfg = cfg.merged({"sigma": resolve_sigma(cfg, chat_model_id(model))})
+    own_weights = scorer is None
     # The monitor scores with the generator's own weights, never silently with another model.
     scorer = default_scorer(model, scorer, needed=cfg.enable_state_monitor)
     machine = _Machine(model, args.tools, scorer, cfg, trust_client_identity=trust_client_identity)
+    if own_weights and scorer is not None:  # what the shipped calibration says of this model as its own monitor
+        machine.unjudged = _unjudged(model)
     builder = StateGraph(TCRAGState, context_schema=TCRAGConfig)
     for node_name, node in (("Start", machine.start), ("Generate", machine.generate), ("Thought", machine.thought),
                             ("Plan", machine.plan), ("Tool_Use", machine.tool_use), ("Summary", machine.summary),

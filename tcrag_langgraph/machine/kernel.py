@@ -100,6 +100,9 @@ class RunKernel:
 
     #: the method's own options type (None: the method has none)
     options_type: Optional[type[MethodOptions]] = None
+    #: metric -> why the monitor cannot judge this generator (a shipped calibration found no sigma that
+    #: separates its right from wrong answers): a run it would validate halts ``monitor_cannot_judge``
+    unjudged: Mapping[str, str] = {}
 
     def __init__(self, model: BaseChatModel, tools: Sequence[BaseTool], scorer: Any, config: TCRAGConfig,
                  options: Optional[MethodOptions] = None, *, trust_client_identity: bool = False) -> None:
@@ -247,6 +250,9 @@ class RunKernel:
         reason = getattr(reason, "value", reason)
         update: dict[str, Any] = dict(extra or {})
         final = {**state, **update}
+        note = self.unjudged.get(final.get("metric") or self.base_config.metric) if validated else None
+        if note is not None:  # never "validated" by a monitor that cannot tell right from wrong
+            validated, reason, error = False, "monitor_cannot_judge", note
         depth, value = self.position(final)
         event = TraceEvent(step=final.get("steps", 0), action="Halt", op="halt", content=answer or "",
                            stack_depth=depth, state_value=value,

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 __all__ = ["METRICS", "Calibration", "CalibrationNotFoundError", "default_calibration_path", "save_calibration",
-           "load_calibration", "resolve_sigma"]
+           "load_calibration", "resolve_sigma", "shipped_calibration", "monitor_cannot_judge", "SHIPPED_FILE"]
 
 METRICS = ("cppl", "uct")
 
@@ -142,6 +142,44 @@ def load_calibration(path: str | os.PathLike[str] | None = None, *, model_id: st
     if found.model_id != model_id:
         raise ValueError(f"{target} was measured for model {found.model_id!r}, not {model_id!r}")
     return found
+
+
+#: calibrations measured with ``tcrag calibrate`` for the models this package ships (installed with it)
+SHIPPED_FILE = Path(__file__).with_name("shipped_calibrations.json")
+
+
+def shipped_calibration(model_id: str, metric: str) -> "Calibration | None":
+    """The calibration this package ships for ``model_id`` and ``metric`` (:data:`SHIPPED_FILE`),
+    else None. Its ``details["supported"]`` says whether any sigma separated right from wrong answers.
+
+    Example:
+        >>> shipped_calibration("no-such-model", "cppl") is None
+        True
+    """
+    if not SHIPPED_FILE.is_file():
+        return None
+    for item in json.loads(SHIPPED_FILE.read_text(encoding="utf-8")):
+        if item.get("model_id") == model_id and item.get("metric") == metric:
+            return Calibration.from_dict(item)
+    return None
+
+
+def monitor_cannot_judge(model_id: str, metric: str) -> "str | None":
+    """Why the state monitor cannot judge ``model_id``'s answers with ``metric`` (its own weights as
+    the monitor), or None when nothing says so. The user's own stored calibration of that model and
+    metric (``tcrag calibrate``, :func:`default_calibration_path`) wins over the shipped one.
+
+    Example:
+        >>> monitor_cannot_judge("no-such-model", "cppl") is None
+        True
+    """
+    if default_calibration_path(model_id, metric).is_file():
+        return None
+    found = shipped_calibration(model_id, metric)
+    if found is None or found.details.get("supported", True):
+        return None
+    return (f"the monitor cannot judge this model: on {found.dataset} (n={found.n}) its {metric} does not separate "
+            f"right from wrong answers (AUROC {found.auroc:.2f}); no sigma makes 'validated' mean anything for it")
 
 
 def resolve_sigma(config: Any, model_id: str, *, path: str | os.PathLike[str] | None = None) -> float:
