@@ -391,7 +391,7 @@ def register(app: typer.Typer) -> None:
         common: bool = typer.Option(True, "--common/--all", help="only the questions every method finished"),
         out: Optional[Path] = typer.Option(None, help="also write summary.md / summary.csv / the plot here"),
     ) -> None:
-        """One table from one or more `tcrag eval` runs (e.g. a stopped run, or methods run apart)."""
+        """One table from one or more tcrag eval runs (e.g. a stopped run, or methods run apart)."""
         from ..methods.registry import METHODS
         from .runner import merge_runs, summarize, summary_markdown, write_summary
 
@@ -450,11 +450,11 @@ def register(app: typer.Typer) -> None:
                                                      "as for tcrag eval"),
     ) -> None:
         """State values of correct vs wrong answers on a dev split: AUROC and a proposed sigma, stored
-        for ``sigma="auto"``.
+        for --sigma auto.
 
-        With ``--method crp-rag`` the value is CRP-RAG's path score (the perplexity that decides
+        With --method crp-rag the value is CRP-RAG's path score (the perplexity that decides
         knowledge sufficiency), measured in a run that never abstains, and what is stored is its
-        ``sufficiency_threshold`` for ``"auto"``."""
+        sufficiency threshold for "auto"."""
         from ..machine.config import TCRAGConfig
         from ..models.local import chat_model_id
         from ..monitor.calibration import Calibration, save_calibration
