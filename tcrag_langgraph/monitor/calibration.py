@@ -186,9 +186,10 @@ def resolve_sigma(config: Any, model_id: str, *, path: str | os.PathLike[str] | 
     """The number sigma stands for in ``config`` with generator ``model_id``.
 
     A number is itself; ``None`` is the paper's default for ``config.metric``; ``"auto"`` is the
-    stored calibration of ``model_id`` for ``config.metric`` (:func:`load_calibration`; a missing
-    one is a :class:`CalibrationNotFoundError`). Call it when the graph is built and again when a
-    run changes the metric or sigma.
+    stored calibration of ``model_id`` for ``config.metric`` (:func:`load_calibration`), else the
+    one this package ships for it when that one found a separating sigma
+    (:func:`shipped_calibration`); otherwise a :class:`CalibrationNotFoundError` saying why. Call it
+    when the graph is built and again when a run changes the metric or sigma.
 
     Example:
         >>> from tcrag_langgraph.machine.config import TCRAGConfig
@@ -196,5 +197,16 @@ def resolve_sigma(config: Any, model_id: str, *, path: str | os.PathLike[str] | 
         20.0
     """
     if config.sigma == "auto":
-        return float(load_calibration(path, model_id=model_id, metric=config.metric).sigma)
+        try:
+            return float(load_calibration(path, model_id=model_id, metric=config.metric).sigma)
+        except CalibrationNotFoundError as missing:
+            shipped = shipped_calibration(model_id, config.metric) if path is None else None
+            if shipped is None:
+                raise
+            if shipped.details.get("supported", True):  # the package's own measurement of this model
+                return float(shipped.sigma)
+            raise CalibrationNotFoundError(
+                f"{missing} The calibration shipped for {model_id!r} ({shipped.dataset}, n={shipped.n}) found no "
+                f"sigma that separates its right from wrong answers (AUROC {shipped.auroc:.2f})."
+            ) from None
     return config.effective_sigma
