@@ -169,7 +169,7 @@ def build_base_graph(*, model: BaseChatModel | str | None = None, tools: Optiona
                      scorer: Any = None, config: Optional[TCRAGConfig | dict[str, Any]] = None, options: Any = None,
                      checkpointer: Any = None, store: Any = None, name: str = "base",
                      trust_client_identity: bool = False,
-                    model_kwargs: Optional[Mapping[str, Any]] = None):
+                     model_kwargs: Optional[Mapping[str, Any]] = None):
     """Base: one LLM call, no retrieval (``tools`` are accepted and not called)."""
     return _build("base", model=model, tools=tools, scorer=scorer, config=config, options=options,
                   checkpointer=checkpointer, store=store, name=name, trust_client_identity=trust_client_identity,
@@ -191,7 +191,7 @@ def build_sr_rag_graph(*, model: BaseChatModel | str | None = None, tools: Optio
                        scorer: Any = None, config: Optional[TCRAGConfig | dict[str, Any]] = None, options: Any = None,
                        checkpointer: Any = None, store: Any = None, name: str = "sr-rag",
                        trust_client_identity: bool = False,
-                    model_kwargs: Optional[Mapping[str, Any]] = None):
+                       model_kwargs: Optional[Mapping[str, Any]] = None):
     """SR-RAG: every tool once with the question, then one LLM call over what they returned."""
     return _build("sr-rag", model=model, tools=tools, scorer=scorer, config=config, options=options,
                   checkpointer=checkpointer, store=store, name=name, trust_client_identity=trust_client_identity,
