@@ -20,6 +20,7 @@ KEY_ENV = "TCRAG_TEST_SERVED_KEY"
 API_KEY = "sk-served-monitor-test-0123456789"
 Q = "Which vitamin deficiency causes scurvy?"
 runner = CliRunner()
+pytestmark = pytest.mark.slow  # the real packaged model behind a real server
 
 
 @pytest.fixture(scope="module")

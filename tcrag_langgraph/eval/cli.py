@@ -166,7 +166,8 @@ def resolve_scorer(spec: str, model: Any, *, served_model: Optional[str] = None,
             raise typer.BadParameter("this model exposes no prompt log-probs the monitor can trust: give --scorer "
                                      "http://HOST:PORT/v1 (a vLLM or SGLang completions server of the same model, "
                                      "--scorer-model NAME), --scorer PATH (a local copy of the same weights) or "
-                                     "--scorer module:callable", param_hint="--scorer") from exc
+                                     "--scorer module:function, or run methods without the monitor (--method "
+                                     "wo-monitor, react, base, cot, sr-rag)", param_hint="--scorer") from exc
     return load_factory(spec)
 
 
@@ -458,7 +459,7 @@ def register(app: typer.Typer) -> None:
         from ..machine.config import TCRAGConfig
         from ..models.local import chat_model_id
         from ..monitor.calibration import Calibration, save_calibration
-        from .calibration import calibrate
+        from .calibration import auroc_interval, calibrate
         from .datasets import format_question, sample_records
         from ..methods.registry import build_methods
         from .runner import SettingsMismatch, run_evaluation
@@ -560,11 +561,14 @@ def register(app: typer.Typer) -> None:
                 f"proposed sigma ({rule}): {p.sigma:.4g}  TPR {p.tpr:.2f}  FPR {p.fpr:.2f}  "
                 f"decision accuracy {p.decision_accuracy:.2f}  accept rate {p.accept_rate:.2f}"
             )
-            supported = not (result.auroc <= 0.5 or (rule == "youden" and p.objective <= 0))
+            low, high = auroc_interval(result.auroc, result.n_correct, result.n_wrong)
+            typer.echo(f"AUROC 95% interval: {low:.3f} - {high:.3f} ({result.n_correct} correct, {result.n_wrong} wrong)")
+            supported = not (low <= 0.5 or (rule == "youden" and p.objective <= 0))
             if not supported:
                 typer.echo(
                     "warning: the state value does not separate correct from wrong answers on this data "
-                    "(AUROC <= 0.5 or no positive Youden J); the proposed sigma is not supported by it."
+                    "(the AUROC's 95% interval reaches 0.5, or no positive Youden J); the proposed sigma is not "
+                    "supported by it."
                 )
             if save and stored_id and (supported or save_unsupported):
                 try:
@@ -573,7 +577,8 @@ def register(app: typer.Typer) -> None:
                         dataset=dataset if split is None else f"{dataset}:{split}", n=result.n,
                         details={"rule": rule, "method": names[0], "tpr": p.tpr, "fpr": p.fpr,
                                  "n_correct": result.n_correct, "n_wrong": result.n_wrong,
-                                 "n_missing": result.n_missing, "limit": limit, "seed": seed, "supported": supported},
+                                 "n_missing": result.n_missing, "limit": limit, "seed": seed, "supported": supported,
+                                 "auroc_interval": [low, high]},
                     )
                 except ValueError as exc:
                     console.print(f"[red]not stored:[/] {exc}")
