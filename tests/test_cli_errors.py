@@ -98,3 +98,21 @@ def test_eval_and_calibrate_refuse_missing_credentials_without_a_traceback(tmp_p
         assert result.exit_code == 2 and "Traceback" not in result.output
         assert "TCRAG_TEST_UNSET_KEY" in result.output and "is not set" in result.output
         assert not (tmp_path / command).exists()
+
+
+def test_version_and_help_in_the_users_words():
+    from importlib.metadata import version
+
+    result = runner.invoke(app, ["--version"])
+    assert result.exit_code == 0 and result.stdout.strip() == f"tcrag {version('tcrag-langgraph')}"
+    import click
+    import typer.main
+
+    for name, command in typer.main.get_command(app).commands.items():
+        for param in command.params:
+            if isinstance(param, click.Option) and param.name != "help":
+                text = param.help or ""
+                assert text, f"tcrag {name} {param.opts[0]} has no help"
+                for internal in ("`", "tcrag_langgraph.", "TCRAGConfig", ":func:", "resolve_sigma"):
+                    assert internal not in text, f"tcrag {name} {param.opts[0]}: {text!r}"
+        assert "`" not in (command.help or ""), f"tcrag {name}'s description has reST markup"
