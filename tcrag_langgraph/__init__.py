@@ -43,6 +43,7 @@ _EXPORTS: dict[str, str] = {
     "as_chat_runnable": ".faces.integration",
     "checkpoint_serde": ".faces.integration",
     "tcrag_events": ".faces.integration",
+    "agent_as_tool": ".faces.agent_tool",
 }
 
 __all__ = list(_EXPORTS)
@@ -66,6 +67,7 @@ if TYPE_CHECKING:  # static type checkers and IDEs see the real names
     from .machine.actions import ActionParseError, ParsedAction, parse_action
     from .machine.config import TCRAGConfig
     from .machine.graph import EVENT_NAME, HALT_REASONS, build_graph
+    from .faces.agent_tool import agent_as_tool
     from .faces.integration import as_chat_runnable, checkpoint_serde, tcrag_events
     from .monitor.calibration import resolve_sigma
     from .models.local import LocalChatModel, load_local_model, resolve_chat_model

@@ -4,6 +4,8 @@ It answers the way vLLM documents it (``echo`` + ``logprobs`` -> ``choices[0].lo
 ``tokens``, ``token_logprobs`` (first ``null``), ``top_logprobs`` and ``text_offset``; the prompt
 tokenised with special tokens added, as vLLM does), with log-probs computed by transformers from
 the packaged SmolLM2 weights (a teacher-forced forward pass over the whole prompt at once).
+``/v1/chat/completions`` generates with the same weights (chat template, greedy), so one server is
+both the generator and the state monitor of a served model, as a vLLM server is.
 
 Served model names: ``smollm2`` answers correctly. The names below make it answer like a broken
 or different server, so clients can be tested against real HTTP responses:
@@ -111,6 +113,39 @@ def make_app(api_key: str | None) -> Starlette:
                       "total_tokens": len(ids) + len(generated)},
         })
 
+    async def chat_completions(request: Request) -> JSONResponse:
+        """``/v1/chat/completions`` the way vLLM answers it: the model's chat template, greedy
+        generation by the same weights, ``max_tokens`` / ``max_completion_tokens`` and ``stop`` honoured."""
+        if api_key and request.headers.get("authorization") != f"Bearer {api_key}":
+            return JSONResponse({"error": {"message": "invalid api key", "type": "auth"}}, status_code=401)
+        body = await request.json()
+        model = body.get("model")
+        if model != MODEL_NAME:
+            return JSONResponse({"object": "error", "message": f"The model `{model}` does not exist.",
+                                 "type": "NotFoundError", "code": 404}, status_code=404)
+        messages = [{"role": m["role"], "content": m["content"] if isinstance(m["content"], str)
+                     else "".join(part.get("text", "") for part in m["content"])} for m in body["messages"]]
+        limit = int(body.get("max_completion_tokens") or body.get("max_tokens") or 64)
+        stop = body.get("stop") or []
+        stop = [stop] if isinstance(stop, str) else list(stop)
+        ids = lm.tokenizer.apply_chat_template(messages, add_generation_prompt=True, return_dict=True)["input_ids"]
+        with lm.lock, torch.no_grad():
+            out = lm.model.generate(torch.tensor([ids]), max_new_tokens=limit, do_sample=False,
+                                    pad_token_id=lm.tokenizer.eos_token_id)
+        generated = out[0, len(ids):].tolist()
+        text = lm.tokenizer.decode(generated, skip_special_tokens=True)
+        finish = "length" if len(generated) >= limit else "stop"
+        cuts = [text.find(s) for s in stop if s and s in text]
+        if cuts:
+            text, finish = text[: min(cuts)], "stop"
+        return JSONResponse({
+            "id": f"chatcmpl-{time.time_ns()}", "object": "chat.completion", "created": int(time.time()),
+            "model": model, "choices": [{"index": 0, "finish_reason": finish,
+                                         "message": {"role": "assistant", "content": text}}],
+            "usage": {"prompt_tokens": len(ids), "completion_tokens": len(generated),
+                      "total_tokens": len(ids) + len(generated)},
+        })
+
     async def health(request: Request) -> JSONResponse:
         return JSONResponse({"status": "ok"})
 
@@ -119,6 +154,7 @@ def make_app(api_key: str | None) -> Starlette:
 
     return Starlette(routes=[
         Route("/v1/completions", completions, methods=["POST"]),
+        Route("/v1/chat/completions", chat_completions, methods=["POST"]),
         Route("/health", health),
         Route("/v1/models", models),
     ])

@@ -31,7 +31,8 @@ def served(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("serve-residuals")
     port = free_port()
     cmd = python_cmd("-m", "tcrag_langgraph.faces.cli", "serve", "--port", str(port), "--no-tools",
-                     "--scripted", str(script_file(tmp / "script.json", NEVER_CONCLUDES)), *CAPS)
+                     "--scripted", str(script_file(tmp / "script.json", NEVER_CONCLUDES)), *CAPS,
+                     "--max-steps", "12")  # the paper's budget: a run long enough to pass LangServe's recursion limit
     with server_process(cmd, ready_url=f"http://127.0.0.1:{port}/healthz", log=tmp / "server.log", timeout=90):
         yield f"http://127.0.0.1:{port}"
 

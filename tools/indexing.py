@@ -239,7 +239,8 @@ def build_index(
 ) -> IndexReport:
     """Read, chunk, embed and index ``paths`` into an embedded store folder (``out``) or an
     Elasticsearch index (``es_url`` + ``index``). Existing content is kept and updated
-    (same chunk ids replace) unless ``recreate``.
+    (same chunk ids replace) unless ``recreate``. Inputs that hold no document at all are an
+    :class:`IndexingError` raised before anything is created or written.
     """
     if (out is None) == (es_url is None):
         raise ValueError("give exactly one of out= (embedded store folder) or es_url= (Elasticsearch)")
@@ -258,6 +259,10 @@ def build_index(
             problems.append(problem)
         documents[doc.source_id] = doc
     chunks = list(chunk_documents(documents.values(), chunk_tokens=chunk_tokens, overlap=overlap))
+    if not chunks:  # nothing to index: nothing is created or written
+        found = "; ".join(str(p) for p in problems[:3]) or "the inputs hold no documents"
+        raise IndexingError(FileProblem(", ".join(str(p) for p in paths)[:200], None,
+                                        f"nothing to index, nothing written ({found})"))
 
     store: DocumentStore
     if out is not None:

@@ -39,6 +39,7 @@ __all__ = [
     "SigmaProposal",
     "CalibrationResult",
     "state_value_auroc",
+    "auroc_interval",
     "propose_sigma",
     "calibrate",
     "calibrate_sufficiency",
@@ -79,6 +80,27 @@ class CalibrationResult:
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+
+def auroc_interval(auroc: float, n_correct: int, n_wrong: int, *, z: float = 1.96) -> tuple[float, float]:
+    """A 95% confidence interval of an AUROC measured on ``n_correct`` and ``n_wrong`` answers
+    (Hanley and McNeil, 1982), clipped to [0, 1]. With few answers of one kind the interval is wide:
+    an AUROC whose interval holds 0.5 shows no separation the data can support.
+
+    Example:
+        >>> lo, hi = auroc_interval(0.538, 5, 32)
+        >>> round(lo, 2), round(hi, 2)
+        (0.26, 0.82)
+        >>> auroc_interval(1.0, 4, 2)
+        (1.0, 1.0)
+    """
+    if n_correct < 1 or n_wrong < 1:
+        raise ValueError("an AUROC needs at least one correct and one wrong answer")
+    a = float(auroc)
+    q1, q2 = a / (2 - a), 2 * a * a / (1 + a)
+    variance = (a * (1 - a) + (n_correct - 1) * (q1 - a * a) + (n_wrong - 1) * (q2 - a * a)) / (n_correct * n_wrong)
+    half = z * math.sqrt(max(variance, 0.0))
+    return max(0.0, a - half), min(1.0, a + half)
 
 
 def _clean(values: Sequence[Optional[float]], correct: Sequence[bool]) -> tuple[np.ndarray, np.ndarray, int]:

@@ -46,7 +46,8 @@ def load_factory(spec: str) -> Any:
     return factory()
 
 
-def resolve_model(spec: str, *, max_new_tokens: int, temperature: float) -> Any:
+def resolve_model(spec: str, *, max_new_tokens: int, temperature: float, base_url: Optional[str] = None,
+                  api_key: Optional[str] = None) -> Any:
     """The chat model ``--model`` names, with these generation settings.
 
     ``local`` (the packaged SmolLM2-135M-Instruct), a transformers folder, a ``.gguf`` file, a
@@ -61,13 +62,20 @@ def resolve_model(spec: str, *, max_new_tokens: int, temperature: float) -> Any:
     from ..models.local import resolve_chat_model
 
     if spec == "local":
+        if base_url or api_key:
+            raise typer.BadParameter("--base-url and --api-key-env apply to served models (provider:model)",
+                                     param_hint="--model")
         return resolve_chat_model(None, max_new_tokens=max_new_tokens, temperature=temperature)
     if ":" in spec and _factory(spec) is not None:
         return load_factory(spec)
+    served = {k: v for k, v in (("base_url", base_url), ("api_key", api_key)) if v is not None}
     try:
-        return resolve_chat_model(spec, max_new_tokens=max_new_tokens, temperature=temperature)
+        return resolve_chat_model(spec, max_new_tokens=max_new_tokens, temperature=temperature, **served)
     except (ValueError, ImportError) as exc:
         raise typer.BadParameter(f"{exc} (or module:callable returning a chat model)", param_hint="--model") from exc
+    except Exception as exc:  # the provider's client refused to start, e.g. without an API key
+        raise typer.BadParameter(f"{type(exc).__name__}: {' '.join(str(exc).split())} (a served model's key: "
+                                 "--api-key-env NAME)", param_hint="--model") from None
 
 
 def _factory(spec: str) -> Any:
@@ -82,9 +90,34 @@ def _factory(spec: str) -> Any:
     return found if callable(found) else None
 
 
-def resolve_tools(spec: str, *, exclude_ids: Optional[list[str]] = None) -> list[Any]:
-    """Comma-separated presets (``none``, ``default``, ``docs``, ``web``) or ``module:callable``."""
+def resolve_tools(spec: str, *, exclude_ids: Optional[list[str]] = None, es_url: Optional[str] = None,
+                  es_index: str = "tcrag-docs", es_api_key: Optional[str] = None) -> list[Any]:
+    """Comma-separated presets (``none``, ``default``, ``docs``, ``web``) or ``module:callable``.
+    With ``es_url`` the document tool of ``default`` and ``docs`` searches that Elasticsearch index
+    instead of the embedded store."""
     tools: list[Any] = []
+    if es_url:
+        parts = [p.strip() for p in spec.split(",") if p.strip()]
+        if not {"default", "docs"} & set(parts):
+            raise typer.BadParameter("--es-url selects the document store: use it with --tools default or docs",
+                                     param_hint="--es-url")
+        from ..tools.documents import document_tool
+        from ..tools.elasticsearch_store import ElasticsearchStore
+
+        try:
+            store = ElasticsearchStore(es_url, index=es_index, api_key=es_api_key)
+        except ValueError as exc:
+            raise typer.BadParameter(str(exc), param_hint="--es-url") from None
+        for part in parts:
+            if part == "docs":
+                tools.append(document_tool(store, exclude_ids=exclude_ids, mode="bm25"))
+            elif part == "default":
+                from .. import tools as tools_pkg
+
+                tools.extend([document_tool(store), *tools_pkg.default_tools(documents=False)])
+            else:
+                tools.extend(resolve_tools(part, exclude_ids=exclude_ids))
+        return tools
     for part in [p.strip() for p in spec.split(",") if p.strip()]:
         if part == "none":
             continue
@@ -109,18 +142,32 @@ def resolve_tools(spec: str, *, exclude_ids: Optional[list[str]] = None) -> list
     return tools
 
 
-def resolve_scorer(spec: str, model: Any) -> Any:
+def resolve_scorer(spec: str, model: Any, *, served_model: Optional[str] = None, api_key: Optional[str] = None,
+                   start_text: str = "") -> Any:
     """``local`` (state values from the generator's own weights, see
     :func:`~tcrag_langgraph.monitor.scoring.scorer_for_model`; a generator without a trusted log-prob source
-    is refused rather than scored by another model) or ``module:callable``."""
+    is refused rather than scored by another model), the address of a completions server that echoes
+    prompt log-probs, a local model folder / ``.gguf`` (:func:`~tcrag_langgraph.monitor.from_spec.scorer_from_spec`),
+    or ``module:callable``."""
+    if spec.startswith(("http://", "https://")) or (spec != "local" and _factory(spec) is None):
+        from ..monitor.from_spec import scorer_from_spec
+
+        try:
+            return scorer_from_spec(spec, generator=model, served_model=served_model, api_key=api_key,
+                                    start_text=start_text)
+        except ValueError as exc:
+            raise typer.BadParameter(f"{exc} (or module:callable returning a scorer)", param_hint="--scorer") from None
     if spec == "local":
         from ..monitor.scoring import MonitorUnavailableError, scorer_for_model
 
         try:
             return scorer_for_model(model)
         except MonitorUnavailableError as exc:
-            raise typer.BadParameter(f"{exc} Here: --scorer module:callable returning a scorer.",
-                                     param_hint="--scorer") from exc
+            raise typer.BadParameter("this model exposes no prompt log-probs the monitor can trust: give --scorer "
+                                     "http://HOST:PORT/v1 (a vLLM or SGLang completions server of the same model, "
+                                     "--scorer-model NAME), --scorer PATH (a local copy of the same weights) or "
+                                     "--scorer module:function, or run methods without the monitor (--method "
+                                     "wo-monitor, react, base, cot, sr-rag)", param_hint="--scorer") from exc
     return load_factory(spec)
 
 
@@ -212,6 +259,25 @@ def _load_records(dataset: str, split: Optional[str], context: bool, long_answer
         raise typer.BadParameter(str(exc), param_hint="--dataset") from exc
 
 
+def _key(name: Optional[str]) -> Optional[str]:
+    """The API key in environment variable ``name`` (``--api-key-env``), never one from the command line."""
+    from ..models.credentials import key_from_env
+
+    try:
+        return key_from_env(name)
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc), param_hint="--api-key-env") from None
+
+
+def _served_settings(base_url: Optional[str], scorer_model: Optional[str], es_url: Optional[str],
+                     es_index: Optional[str]) -> dict[str, Any]:
+    """The served-model and Elasticsearch choices a run records (only those made, so runs from before
+    these options still resume; never a key)."""
+    given = {"base_url": base_url, "scorer_model": scorer_model, "es_url": es_url,
+             "es_index": es_index if es_url else None}
+    return {k: v for k, v in given.items() if v}
+
+
 def register(app: typer.Typer) -> None:
     """Add ``eval`` and ``calibrate`` to ``app``."""
 
@@ -228,23 +294,39 @@ def register(app: typer.Typer) -> None:
         fields: Optional[str] = typer.Option(None, help='JSONL field mapping as JSON, e.g. {"question": "q"}'),
         task: Optional[str] = typer.Option(None, help="JSONL: force mcq, yesno or open"),
         answer_index_base: Optional[int] = typer.Option(None, help="JSONL: integer answers are 0- or 1-based"),
-        model: str = typer.Option("local", help="local, a transformers folder, a .gguf file, a provider:model "
-                                  "name (LangChain init_chat_model), or module:callable"),
-        tools: str = typer.Option("none", help="none, default, docs, web (comma-separated) or module:callable"),
+        model: str = typer.Option("local", help="local, a transformers folder, a .gguf file, a served model as "
+                                  "provider:name (e.g. openai:NAME), or a Python function returning a chat model "
+                                  "(module:function)"),
+        tools: str = typer.Option("none", help="none, default, docs, web (comma-separated) or a Python function "
+                                  "returning tools (module:function)"),
         exclude_eval_docs: bool = typer.Option(False, help="docs tool: drop the evaluated questions' own abstracts"),
-        scorer: str = typer.Option("local", help="local or module:callable (state monitor)"),
+        scorer: str = typer.Option("local", help="the state monitor: local (the model's own weights), a vLLM or "
+                                   "SGLang completions server address, a local model folder or .gguf file, or a "
+                                   "Python function returning a scorer (module:function)"),
+        base_url: Optional[str] = typer.Option(None, help="served models: the server's API address, e.g. "
+                                               "http://127.0.0.1:8000/v1"),
+        api_key_env: Optional[str] = typer.Option(None, metavar="NAME", help="served models and --scorer servers: "
+                                                  "the environment variable holding the API key"),
+        scorer_model: Optional[str] = typer.Option(None, metavar="NAME", help="the model name the --scorer server "
+                                                   "knows the model by (default: the name in --model)"),
+        scorer_start_text: str = typer.Option("", help="text the --scorer server puts before what it scores (the "
+                                              "model's start token, for servers that add none)"),
+        es_url: Optional[str] = typer.Option(None, envvar="TCRAG_ES_URL", help="search documents in this "
+                                             "Elasticsearch server (tcrag index --es-url) instead of the embedded "
+                                             "collection"),
+        es_index: str = typer.Option("tcrag-docs", envvar="TCRAG_ES_INDEX", help="the Elasticsearch index to search"),
         sigma_cppl: Optional[str] = typer.Option(None, help="sigma for cppl: a number, or auto (the model's "
                                                  "stored calibration, tcrag calibrate); default: paper's 10"),
         sigma_uct: Optional[str] = typer.Option(None, help="sigma for uct: a number or auto; default: paper's 20"),
-        max_steps: int = typer.Option(12, min=1),
-        max_new_tokens: int = typer.Option(500, min=1),
-        temperature: float = typer.Option(0.6, min=0.0),
+        max_steps: int = typer.Option(12, min=1, help="actions before the final answer is asked for"),
+        max_new_tokens: int = typer.Option(500, min=1, help="tokens the model may write per reply"),
+        temperature: float = typer.Option(0.6, min=0.0, help="sampling temperature (0 = greedy)"),
         attack: Optional[str] = typer.Option(None, help="noise attack on the first retrieval: structural or partial"),
         noise: str = typer.Option("irrelevant", help="irrelevant, relevant or mixed"),
         method_options: Optional[str] = typer.Option(
             None, help='own options of the papers\' methods as JSON, e.g. {"crp-rag": {"fan_out": 2, "max_depth": 2}} '
             "(recorded with the run)"),
-        progress: bool = typer.Option(True, "--progress/--no-progress"),
+        progress: bool = typer.Option(True, "--progress/--no-progress", help="show a progress bar"),
         concurrency: int = typer.Option(1, min=1, help="questions in flight at once (for a served model whose "
                                         "server batches them; greedy results are the same for any value)"),
     ) -> None:
@@ -266,8 +348,11 @@ def register(app: typer.Typer) -> None:
         all_records = _load_records(dataset, split, context, long_answers, fields, task, answer_index_base)
         records = sample_records(all_records, limit=limit, seed=seed if limit else None)
         cfg = TCRAGConfig(max_steps=max_steps, max_new_tokens=max_new_tokens, temperature=temperature)
-        chat = resolve_model(model, max_new_tokens=max_new_tokens, temperature=temperature)
-        tool_list = resolve_tools(tools, exclude_ids=[r.id for r in records] if exclude_eval_docs else None)
+        api_key = _key(api_key_env)
+        chat = resolve_model(model, max_new_tokens=max_new_tokens, temperature=temperature, base_url=base_url,
+                             api_key=api_key)
+        tool_list = resolve_tools(tools, exclude_ids=[r.id for r in records] if exclude_eval_docs else None,
+                                  es_url=es_url, es_index=es_index)
         controller = None
         if attack is not None:
             if not tool_list:
@@ -277,7 +362,8 @@ def register(app: typer.Typer) -> None:
                                           max_tokens=cfg.max_observation_tokens)
             tool_list = poison_tools(tool_list, controller)
         needs_scorer = any(METHODS[n].uses_scorer for n in names)
-        state_scorer = resolve_scorer(scorer, chat) if needs_scorer else None
+        state_scorer = resolve_scorer(scorer, chat, served_model=scorer_model, api_key=api_key,
+                                      start_text=scorer_start_text) if needs_scorer else None
         sigmas = {k: _sigma_option(v, k, chat) for k, v in (("cppl", sigma_cppl), ("uct", sigma_uct)) if v is not None}
         documents = _indexed_documents(names, tools, records, exclude_eval_docs)
         try:
@@ -288,7 +374,7 @@ def register(app: typer.Typer) -> None:
         settings = {
             "dataset": dataset, "split": split, "context": context, "long_answers": long_answers, "limit": limit,
             "model": model, "tools": tools, "exclude_eval_docs": exclude_eval_docs, "scorer": scorer,
-            "sigmas": sigmas, "config": cfg.model_dump(mode="json"), "attack": attack,
+            **_served_settings(base_url, scorer_model, es_url, es_index), "sigmas": sigmas, "config": cfg.model_dump(mode="json"), "attack": attack,
             "noise": noise if attack else None, "fields": fields, "task": task,
         }
         if own_options:  # absent otherwise, so runs from before this option still resume
@@ -306,11 +392,11 @@ def register(app: typer.Typer) -> None:
 
     @app.command("summarize")
     def summarize_command(
-        runs: list[Path] = typer.Argument(..., help="run folders of `tcrag eval` (same questions and settings)"),
+        runs: list[Path] = typer.Argument(..., help="run folders of tcrag eval (same questions and settings)"),
         common: bool = typer.Option(True, "--common/--all", help="only the questions every method finished"),
         out: Optional[Path] = typer.Option(None, help="also write summary.md / summary.csv / the plot here"),
     ) -> None:
-        """One table from one or more `tcrag eval` runs (e.g. a stopped run, or methods run apart)."""
+        """One table from one or more tcrag eval runs (e.g. a stopped run, or methods run apart)."""
         from ..methods.registry import METHODS
         from .runner import merge_runs, summarize, summary_markdown, table_rows, write_summary
 
@@ -336,17 +422,29 @@ def register(app: typer.Typer) -> None:
                                    "metric measured on its answers; files then get a .<metric> suffix)"),
         method: str = typer.Option("wo-monitor", help="method producing the answers (its monitor is not used)"),
         rule: str = typer.Option("youden", help="youden or accuracy"),
-        limit: Optional[int] = typer.Option(None, min=1),
-        seed: int = typer.Option(0),
+        limit: Optional[int] = typer.Option(None, min=1, help="use this many questions (a sample; default: all)"),
+        seed: int = typer.Option(0, help="seed for sampling questions and for generation"),
         out: Path = typer.Option(..., help="output folder (results.jsonl, calibration.json); reruns resume"),
-        context: bool = typer.Option(True, "--context/--no-context"),
-        model: str = typer.Option("local", help="local, a transformers folder, a .gguf file, or module:callable"),
-        tools: str = typer.Option("none"),
-        scorer: str = typer.Option("local"),
-        max_steps: int = typer.Option(12, min=1),
-        max_new_tokens: int = typer.Option(500, min=1),
-        temperature: float = typer.Option(0.6, min=0.0),
-        progress: bool = typer.Option(True, "--progress/--no-progress"),
+        context: bool = typer.Option(True, "--context/--no-context", help="give the dataset's context passage"),
+        model: str = typer.Option("local", help="local, a transformers folder, a .gguf file, a served model as "
+                                  "provider:name, or a Python function returning a chat model (module:function)"),
+        tools: str = typer.Option("none", help="none, default, docs, web (comma-separated) or a Python function "
+                                  "returning tools (module:function)"),
+        scorer: str = typer.Option("local", help="the state monitor: local (the model's own weights), a vLLM or "
+                                   "SGLang completions server address, a local model folder or .gguf file, or a "
+                                   "Python function returning a scorer (module:function)"),
+        base_url: Optional[str] = typer.Option(None, help="served models: the server's API address, e.g. "
+                                               "http://127.0.0.1:8000/v1"),
+        api_key_env: Optional[str] = typer.Option(None, metavar="NAME", help="served models and --scorer servers: "
+                                                  "the environment variable holding the API key"),
+        scorer_model: Optional[str] = typer.Option(None, metavar="NAME", help="the model name the --scorer server "
+                                                   "knows the model by (default: the name in --model)"),
+        scorer_start_text: str = typer.Option("", help="text the --scorer server puts before what it scores (the "
+                                              "model's start token, for servers that add none)"),
+        max_steps: int = typer.Option(12, min=1, help="actions before the final answer is asked for"),
+        max_new_tokens: int = typer.Option(500, min=1, help="tokens the model may write per reply"),
+        temperature: float = typer.Option(0.6, min=0.0, help="sampling temperature (0 = greedy)"),
+        progress: bool = typer.Option(True, "--progress/--no-progress", help="show a progress bar"),
         save: bool = typer.Option(True, "--save/--no-save", help="store the sigma for sigma='auto' (ask/eval/serve/build_graph)"),
         calibration_file: Optional[Path] = typer.Option(
             None, help="where to store it (default: $TCRAG_CACHE_DIR/calibration/<model-id>.<metric>.json)"),
@@ -357,15 +455,15 @@ def register(app: typer.Typer) -> None:
                                                      "as for tcrag eval"),
     ) -> None:
         """State values of correct vs wrong answers on a dev split: AUROC and a proposed sigma, stored
-        for ``sigma="auto"``.
+        for --sigma auto.
 
-        With ``--method crp-rag`` the value is CRP-RAG's path score (the perplexity that decides
+        With --method crp-rag the value is CRP-RAG's path score (the perplexity that decides
         knowledge sufficiency), measured in a run that never abstains, and what is stored is its
-        ``sufficiency_threshold`` for ``"auto"``."""
+        sufficiency threshold for "auto"."""
         from ..machine.config import TCRAGConfig
         from ..models.local import chat_model_id
         from ..monitor.calibration import Calibration, save_calibration
-        from .calibration import calibrate
+        from .calibration import auroc_interval, calibrate
         from .datasets import format_question, sample_records
         from ..methods.registry import build_methods
         from .runner import SettingsMismatch, run_evaluation
@@ -397,7 +495,9 @@ def register(app: typer.Typer) -> None:
         if not records:
             raise typer.BadParameter("calibration needs multiple-choice or yes/no questions (correct vs wrong)")
         cfg = TCRAGConfig(metric=metrics[0], max_steps=max_steps, max_new_tokens=max_new_tokens, temperature=temperature)
-        chat = resolve_model(model, max_new_tokens=max_new_tokens, temperature=temperature)
+        api_key = _key(api_key_env)
+        chat = resolve_model(model, max_new_tokens=max_new_tokens, temperature=temperature, base_url=base_url,
+                             api_key=api_key)
         stored_id: Optional[str] = model_id
         if save and stored_id is None:
             try:
@@ -408,14 +508,16 @@ def register(app: typer.Typer) -> None:
             from ..methods.crp_rag.calibration import SUFFICIENCY_SUFFIX
 
             stored_id += SUFFICIENCY_SUFFIX
-        state_scorer = resolve_scorer(scorer, chat)
+        state_scorer = resolve_scorer(scorer, chat, served_model=scorer_model, api_key=api_key,
+                                      start_text=scorer_start_text)
         try:
             graphs = build_methods(names, model=chat, tools=resolve_tools(tools), scorer=state_scorer, config=cfg,
                                    method_options=own_options)
         except ValidationError as exc:
             raise typer.BadParameter(str(exc), param_hint="--method-options") from exc
         settings = {"dataset": dataset, "split": split, "context": context, "limit": limit, "model": model,
-                    "tools": tools, "scorer": scorer, "config": cfg.model_dump(mode="json"), "purpose": "calibrate"}
+                    "tools": tools, "scorer": scorer, **_served_settings(base_url, scorer_model, None, None),
+                    "config": cfg.model_dump(mode="json"), "purpose": "calibrate"}
         if own_options:
             settings["method_options"] = own_options
         try:
@@ -463,11 +565,14 @@ def register(app: typer.Typer) -> None:
                 f"proposed sigma ({rule}): {p.sigma:.4g}  TPR {p.tpr:.2f}  FPR {p.fpr:.2f}  "
                 f"decision accuracy {p.decision_accuracy:.2f}  accept rate {p.accept_rate:.2f}"
             )
-            supported = not (result.auroc <= 0.5 or (rule == "youden" and p.objective <= 0))
+            low, high = auroc_interval(result.auroc, result.n_correct, result.n_wrong)
+            typer.echo(f"AUROC 95% interval: {low:.3f} - {high:.3f} ({result.n_correct} correct, {result.n_wrong} wrong)")
+            supported = not (low <= 0.5 or (rule == "youden" and p.objective <= 0))
             if not supported:
                 typer.echo(
                     "warning: the state value does not separate correct from wrong answers on this data "
-                    "(AUROC <= 0.5 or no positive Youden J); the proposed sigma is not supported by it."
+                    "(the AUROC's 95% interval reaches 0.5, or no positive Youden J); the proposed sigma is not "
+                    "supported by it."
                 )
             if save and stored_id and (supported or save_unsupported):
                 try:
@@ -476,7 +581,8 @@ def register(app: typer.Typer) -> None:
                         dataset=dataset if split is None else f"{dataset}:{split}", n=result.n,
                         details={"rule": rule, "method": names[0], "tpr": p.tpr, "fpr": p.fpr,
                                  "n_correct": result.n_correct, "n_wrong": result.n_wrong,
-                                 "n_missing": result.n_missing, "limit": limit, "seed": seed, "supported": supported},
+                                 "n_missing": result.n_missing, "limit": limit, "seed": seed, "supported": supported,
+                                 "auroc_interval": [low, high]},
                     )
                 except ValueError as exc:
                     console.print(f"[red]not stored:[/] {exc}")

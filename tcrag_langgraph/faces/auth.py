@@ -33,7 +33,8 @@ from typing import Any, Mapping, Optional, Sequence
 from langgraph_sdk import Auth
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from ..machine.identity import _PATIENT, _ROLE, AUTH_USER_KEY
+# Absolute imports: langgraph dev loads this file by its path (langgraph.json "auth"), not as a package module.
+from tcrag_langgraph.machine.identity import _PATIENT, _ROLE, AUTH_USER_KEY
 
 __all__ = [
     "AUTH_USER_KEY",
@@ -220,6 +221,6 @@ async def owner_only(ctx: Auth.types.AuthContext, value: Any) -> Auth.types.Filt
 
 
 # Assistants, crons and the store are owner-scoped too (tcrag_langgraph/faces/auth_resources.py).
-from .auth_resources import register_resource_handlers  # noqa: E402
+from tcrag_langgraph.faces.auth_resources import register_resource_handlers  # noqa: E402
 
 register_resource_handlers(auth)

@@ -21,12 +21,14 @@ import typer
 from rich.console import Console
 
 from ..machine.config import TCRAGConfig
+from .run_options import FACE_DEFAULTS, UserError
 
 app = typer.Typer(
     name="tcrag",
     help="TC-RAG: a retrieval-augmented agent with stack memory and a state monitor, on LangGraph.",
     no_args_is_help=True,
     add_completion=False,
+    pretty_exceptions_show_locals=False,  # a traceback must never print a key held in a local variable
 )
 
 # Modules that add their own sub-commands; a missing optional module is skipped.
@@ -43,20 +45,21 @@ NOT_FLAGS: dict[str, str] = {
     "require_review": "a run paused for review needs a resume step that this command does not have",
 }
 
-#: Where ``tcrag ask`` differs from TCRAGConfig's (paper) defaults, and why: the paper's 500 new
-#: tokens and 12 steps are for a 32B model. A reply holds one action (generation stops at the next
-#: label) and the packaged 135M model's unusable replies run to the limit; each step costs ~8 CPU
-#: seconds on this 2-core machine, so 64 tokens and 6 steps (then the final Conclusion) keep the
-#: main job near a minute (benchmarks/RESULTS.md, "main job"). The flags set them back.
-ASK_DEFAULTS: dict[str, Any] = {"max_new_tokens": 64, "max_steps": 6}
+#: Where ``tcrag ask`` (and ``tcrag serve``, Studio) differ from TCRAGConfig's (paper) defaults, and
+#: why: :data:`~tcrag_langgraph.faces.run_options.FACE_DEFAULTS`.
+ASK_DEFAULTS: dict[str, Any] = FACE_DEFAULTS
 
-_CONFIG_PANEL = "Run options (TCRAGConfig)"
+#: help of the flags whose field description speaks to Python users, in a command-line user's words
+FLAG_HELP: dict[str, str] = {
+    "sigma": "Halting threshold: an answer is accepted when its state value is below it. A number, or 'auto' "
+             "for the value 'tcrag calibrate' stored for this model; default: 10 for cppl, 20 for uct (the paper's).",
+    "answer_format": "The allowed answers, comma-separated (e.g. yes,no,maybe or A,B,C,D); an answer that does "
+                     "not fit is not accepted.",
+    "initial_state_value": "The state value a run starts from (the paper's 'large value').",
+}
+
+_CONFIG_PANEL = "Run options"
 _MODEL_PANEL = "Model, tools and output"
-
-
-@app.callback()
-def _group() -> None:
-    """TC-RAG command line (a group, so `tcrag ask ...` works even with one command)."""
 
 
 # ----- flags generated from TCRAGConfig -----
@@ -113,7 +116,7 @@ def _flag_for(name: str, field: Any) -> ConfigFlag:
     else:
         raise TypeError(f"TCRAGConfig.{name}: no command-line form for {field.annotation!r}; "
                         f"add one to cli._flag_for or list the field in cli.NOT_FLAGS")
-    option = typer.Option(None, *decls, help=field.description or "", metavar=metavar,
+    option = typer.Option(None, *decls, help=FLAG_HELP.get(name, field.description or ""), metavar=metavar,
                           show_default=str(shown) if shown is not False else False,
                           rich_help_panel=_CONFIG_PANEL)
     parameter = inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=option,
@@ -175,8 +178,12 @@ def _render_result(console: Console, result: Any) -> None:
     """The end of the live view: answer, status, the sources it used, the structured answer."""
     from rich.markup import escape
 
-    verdict = ("[green]validated[/] (state value below sigma)" if result.answer_validated
-               else f"[yellow]NOT validated[/] ({result.halt_reason})")
+    if result.answer_validated:
+        verdict = "[green]validated[/] (state value below sigma)"
+    elif result.halt_reason == "monitor_cannot_judge":
+        verdict = "[yellow]not validated: the monitor cannot judge this model[/]"
+    else:
+        verdict = f"[yellow]NOT validated[/] ({result.halt_reason})"
     console.print()
     console.print(f"[bold]Answer:[/] {escape(result.answer) if result.answer is not None else '(none)'}")
     if result.structured_answer is not None and result.structured_answer != result.answer:  # asked format
@@ -195,107 +202,176 @@ def _render_result(console: Console, result: Any) -> None:
 
 
 def _quiet_library_progress() -> None:
-    """transformers prints a progress bar per weight load; the live view has its own status line."""
+    """Keep the libraries' progress bars and warnings out of the live view: transformers' weight-load
+    bars and FutureWarnings, sentence-transformers' tqdm bars (the live view has its own status line)."""
+    import logging
+    import os
+    import warnings
+
+    os.environ.setdefault("TQDM_DISABLE", "1")
+    os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+    warnings.filterwarnings("ignore", category=FutureWarning)
+    warnings.filterwarnings("ignore", category=UserWarning, module=r"(transformers|torch|sentence_transformers)\b")
+    for name in ("transformers", "sentence_transformers", "huggingface_hub", "httpx"):
+        logging.getLogger(name).setLevel(logging.ERROR)
     try:
         from transformers.utils import logging as hf_logging
 
         hf_logging.disable_progress_bar()
+        hf_logging.set_verbosity_error()
     except ImportError:  # pragma: no cover - transformers is a dependency
         pass
+
+
+def _version(value: bool) -> None:
+    if value:
+        from importlib.metadata import PackageNotFoundError, version
+
+        try:
+            found = version("tcrag-langgraph")
+        except PackageNotFoundError:  # pragma: no cover - run from a source tree that is not installed
+            found = "unknown (not installed)"
+        typer.echo(f"tcrag {found}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _group(
+    version: bool = typer.Option(False, "--version", callback=_version, is_eager=True,
+                                 help="Show the version and exit."),
+) -> None:
+    """TC-RAG command line (a group, so `tcrag ask ...` works even with one command)."""
+
+
+def refuse(error: UserError) -> typer.Exit:
+    """Print ``error`` on one line on stderr; the exit (status 2) to raise."""
+    Console(stderr=True).print(f"[red]{error.kind}:[/] {error.message}", highlight=False, soft_wrap=True)
+    return typer.Exit(2)
+
+
+_SERVED_PANEL = "Served models and the state monitor"
+_DOCS_PANEL = "Documents"
 
 
 # ----- tcrag ask -----
 def ask(
     question: str = typer.Argument(..., help="The question to answer."),
     *,
+    method: str = typer.Option(
+        "tcrag", "--method",
+        help="The method that answers: tcrag (TC-RAG as configured), a TC-RAG variant (tcrag-cppl, tcrag-uct, "
+        "react, wo-backtrack, wo-summary, wo-monitor), a baseline (base, cot, sr-rag) or another paper's "
+        "method (crp-rag, kag-thinker, diffrag).", rich_help_panel=_MODEL_PANEL),
     model: Optional[str] = typer.Option(
-        None, help="A transformers folder, a .gguf file or a LangChain 'provider:model' name "
-        "(e.g. openai:NAME for a vLLM server); default: the packaged SmolLM2-135M-Instruct.",
-        rich_help_panel=_MODEL_PANEL),
-    device: Optional[str] = typer.Option(None, help="Local models only: torch device (cpu, cuda, cuda:N, mps).",
+        None, help="A model folder, a .gguf file or a served model as provider:name (e.g. openai:NAME for a vLLM "
+        "server); default: the packaged SmolLM2-135M-Instruct.", rich_help_panel=_MODEL_PANEL),
+    device: Optional[str] = typer.Option(None, help="Local models only: where to run it (cpu, cuda, cuda:N, mps).",
                                          show_default="cpu", rich_help_panel=_MODEL_PANEL),
     dtype: Optional[str] = typer.Option(None, help="Local models only: float32, bfloat16 or float16.",
                                         show_default="float32", rich_help_panel=_MODEL_PANEL),
     seed: Optional[int] = typer.Option(0, help="Local models only: sampling seed (reproducible runs).",
                                        rich_help_panel=_MODEL_PANEL),
-    threads: Optional[int] = typer.Option(None, min=1, help="torch CPU threads (1 is often faster on a busy machine).",
-                                          rich_help_panel=_MODEL_PANEL),
-    tools: bool = typer.Option(True, "--tools/--no-tools", help="Use the embedded default tools.",
-                               rich_help_panel=_MODEL_PANEL),
+    threads: Optional[int] = typer.Option(None, min=1, help="CPU threads for a local model (1 is often faster on a "
+                                          "busy machine).", rich_help_panel=_MODEL_PANEL),
+    tools: bool = typer.Option(True, "--tools/--no-tools", help="Give the agent the medical tools (documents, "
+                               "knowledge graph, encyclopedia, medical records).", rich_help_panel=_MODEL_PANEL),
     as_json: bool = typer.Option(False, "--json", help="Print the run's result as JSON instead of the live view.",
                                  rich_help_panel=_MODEL_PANEL),
     scripted: Optional[str] = typer.Option(
-        None, help="TESTING/DEMO: replay a JSON script instead of a language model, scorer and tools "
-        "(see tcrag_langgraph.testing).", rich_help_panel=_MODEL_PANEL),
+        None, help="For tests and demos: replay a JSON script instead of a language model, monitor and tools.",
+        rich_help_panel=_MODEL_PANEL),
+    base_url: Optional[str] = typer.Option(
+        None, help="Served models: the server's API address (e.g. http://127.0.0.1:8000/v1).",
+        rich_help_panel=_SERVED_PANEL),
+    api_key_env: Optional[str] = typer.Option(
+        None, metavar="NAME", help="Served models: the environment variable holding the API key (the key itself "
+        "never goes on the command line).", rich_help_panel=_SERVED_PANEL),
+    scorer: Optional[str] = typer.Option(
+        None, help="The state monitor: the address of a vLLM or SGLang completions server of the same model "
+        "(e.g. http://127.0.0.1:8000/v1), or a local folder or .gguf file with the same weights; default: the "
+        "model's own weights (local models).", rich_help_panel=_SERVED_PANEL),
+    scorer_model: Optional[str] = typer.Option(
+        None, metavar="NAME", help="The model name the monitor's server knows the model by; default: the name "
+        "in --model.", rich_help_panel=_SERVED_PANEL),
+    scorer_start_text: str = typer.Option(
+        "", help="Text the monitor's server puts before what it scores: the model's start token, for models "
+        "whose server adds none (e.g. '<|im_start|>').", rich_help_panel=_SERVED_PANEL),
+    es_url: Optional[str] = typer.Option(
+        None, envvar="TCRAG_ES_URL", help="Search documents in this Elasticsearch server (built with "
+        "'tcrag index ... --es-url') instead of the embedded collection.", rich_help_panel=_DOCS_PANEL),
+    es_index: str = typer.Option("tcrag-docs", envvar="TCRAG_ES_INDEX", help="The Elasticsearch index to search.",
+                                 rich_help_panel=_DOCS_PANEL),
+    es_api_key_env: Optional[str] = typer.Option(
+        None, metavar="NAME", help="The environment variable holding the Elasticsearch API key.",
+        rich_help_panel=_DOCS_PANEL),
     **config_values: Any,
 ) -> None:
-    """Answer QUESTION with TC-RAG, showing each action, push/pop and state value live."""
+    """Answer QUESTION, showing each action, push/pop and state value live."""
     from pydantic import ValidationError
 
     from ..machine.graph import EVENT_NAME, question_problem
-    from ..methods.registry import DEFAULT_METHOD, build_method
-    from ..models.local import LocalChatModel, LocalModelError, resolve_chat_model
     from ..machine.result import RunResult
-    from ..monitor.scoring import MonitorUnavailableError
+    from ..models.local import LocalChatModel, LocalModelError
+    from .run_options import (api_key_from_env, build_for_face, check_method, check_sigma, make_generator,
+                              make_scorer, make_tools, one_line)
 
     err = Console(stderr=True)
-
-    def refuse(kind: str, message: str) -> typer.Exit:
-        err.print(f"[red]{kind}:[/] {message}", highlight=False)
-        return typer.Exit(2)
-
     _quiet_library_progress()
     components: dict[str, Any] = {}
-    if scripted is not None:
-        if any(v is not None for v in (model, device, dtype)):
-            raise refuse("Invalid option", "--scripted replaces the model: do not combine it with --model/--device/--dtype")
-        from ..testing import scripted_components
-
-        try:
-            components = scripted_components(scripted)
-        except (OSError, ValueError) as exc:
-            raise refuse("Invalid script", str(exc)) from None
     try:
-        cfg = config_from_flags(config_values, base=components.get("config"))
-    except ValidationError as exc:
-        first = exc.errors()[0]
-        where = ".".join(str(part) for part in first["loc"]) or "options"
-        raise refuse("Invalid option", f"{where}: {first['msg']}") from None
-    _, problem = question_problem(question, cfg)
-    if problem is not None:  # refuse before spending time on loading the model
-        raise refuse("Invalid question", problem)
+        check_method(method)
+        if scripted is not None:
+            if any(v is not None for v in (model, device, dtype, base_url, scorer)):
+                raise UserError("Invalid option", "--scripted replaces the model and its monitor: do not combine it "
+                                                  "with --model, --device, --dtype, --base-url or --scorer")
+            from ..testing import scripted_components
+
+            try:
+                components = scripted_components(scripted)
+            except (OSError, ValueError) as exc:
+                raise UserError("Invalid script", one_line(exc)) from None
+        try:
+            cfg = config_from_flags(config_values, base=components.get("config"))
+        except ValidationError as exc:
+            first = exc.errors()[0]
+            where = "--" + ".".join(str(part) for part in first["loc"]).replace("_", "-") if first["loc"] else "options"
+            raise UserError("Invalid option", f"{where}: {first['msg']}") from None
+        _, problem = question_problem(question, cfg)
+        if problem is not None:  # refuse before spending time on loading the model
+            raise UserError("Invalid question", problem)
+        api_key = api_key_from_env(api_key_env)
+        es_api_key = api_key_from_env(es_api_key_env, flag="--es-api-key-env")
+        if components:
+            chat, tool_list, state_scorer = components["model"], components["tools"], components["scorer"]
+            if es_url:  # a scripted model driving the real Elasticsearch document tool
+                es_tool = make_tools(True, es_url=es_url, es_index=es_index, es_api_key=es_api_key)[0]
+                tool_list = [es_tool, *(t for t in tool_list if t.name != es_tool.name)]
+        else:
+            chat = make_generator(model, base_url=base_url, api_key=api_key, device=device, dtype=dtype,
+                                  max_new_tokens=cfg.max_new_tokens, temperature=cfg.temperature, seed=seed)
+            state_scorer = make_scorer(scorer, generator=chat, served_model=scorer_model, api_key=api_key,
+                                       start_text=scorer_start_text)
+            check_sigma(cfg, chat)  # a missing calibration is refused before the model loads
+            tool_list = make_tools(tools, es_url=es_url, es_index=es_index, es_api_key=es_api_key)
+        graph = build_for_face(method, model=chat, tools=tool_list, scorer=state_scorer, config=cfg)
+    except UserError as exc:
+        raise refuse(exc) from None
     if threads is not None:
         import torch
 
         torch.set_num_threads(threads)
     out = Console()
-    if components:
-        chat, tool_list, scorer = components["model"], components["tools"], components["scorer"]
-    else:
+    if isinstance(chat, LocalChatModel):
         try:
-            chat = resolve_chat_model(model, max_new_tokens=cfg.max_new_tokens, temperature=cfg.temperature,
-                                      device=device, dtype=dtype)
-        except ValueError as exc:
-            raise refuse("Invalid model", str(exc)) from None
-        if isinstance(chat, LocalChatModel):
-            chat.seed = seed
-        scorer = None
-        try:
-            with err.status("Loading the model and tools (the first run converts the packaged model, ~30 s)..."):
-                if isinstance(chat, LocalChatModel):
-                    chat.local_model  # load now, so the live view is not interrupted by loading
-                tool_list = _default_tools(tools)
+            with err.status("Loading the model (the first run converts the packaged model, ~30 s)..."):
+                chat.local_model  # load now, so the live view is not interrupted by loading
         except LocalModelError as exc:
-            err.print(f"[red]Model error:[/] {exc}", highlight=False)
-            raise typer.Exit(1) from None
-    try:
-        graph = build_method(DEFAULT_METHOD, model=chat, tools=tool_list, scorer=scorer, config=cfg)
-    except (ValueError, MonitorUnavailableError) as exc:  # e.g. no monitor for a served model, no calibration
-        raise refuse("Cannot build the agent", str(exc)) from None
+            raise refuse(UserError("Model error", str(exc))) from None
     if not as_json:
         names = ", ".join(t.name for t in tool_list) or "none"
         sigma = "auto" if cfg.sigma == "auto" else f"{cfg.effective_sigma:g}"
-        out.print(f"[bold]TC-RAG[/] metric={cfg.metric} sigma={sigma} "
+        label = "TC-RAG" if method == "tcrag" else f"method={method}"
+        out.print(f"[bold]{label}[/] metric={cfg.metric} sigma={sigma} "
                   f"max_steps={cfg.max_steps} max_new_tokens={cfg.max_new_tokens} tools={names}", highlight=False)
     final: dict[str, Any] = {}
     for mode, chunk in graph.stream({"question": question}, stream_mode=["custom", "values"]):
@@ -311,6 +387,10 @@ def ask(
         _render_result(out, result)
     if result.halt_reason == "invalid_input":
         raise typer.Exit(2)
+    if result.halt_reason in ("model_error", "scorer_error") and result.answer is None:
+        what = "Model error" if result.halt_reason == "model_error" else "Monitor error"
+        raise refuse(UserError(what, f"{result.error or 'the call failed'} (check --model, --base-url, "
+                                     "--api-key-env and --scorer)"))
     if result.answer is None:
         raise typer.Exit(1)
 

@@ -1,7 +1,10 @@
 """The TC-RAG graph for LangGraph Studio / ``langgraph dev`` (see ``langgraph.json``).
 
-``langgraph.json`` points at :func:`studio_graph`, a graph factory (the Agent Server calls it per
-request) returning one graph built on the first call; ``studio.graph`` is the same graph for Python
+``langgraph.json`` points at :func:`studio_graph` (TC-RAG), and at one factory per other method it
+offers (:data:`STUDIO_METHODS`: CRP-RAG, KAG-Thinker, TCM-DiffRAG and the baselines Base, CoT,
+SR-RAG, ReAct), each a graph factory (the Agent Server calls it per request) returning one graph
+built on the first call, with the bounded budgets of ``tcrag ask`` (6 steps, 64 new tokens; a run's
+context sets others). All sit behind the same authentication; ``studio.graph`` is the same graph for Python
 users. Nothing is built at import, so importing this module never builds the real agent. It is compiled **without** a checkpointer (the LangGraph API
 server refuses one and brings its own). By default it is the real agent: the packaged SmolLM2-135M-Instruct as generator and state monitor (loaded
 lazily on the first run) with the default tools, EMR_SEARCH included.
@@ -23,32 +26,64 @@ import os
 import threading
 from typing import Any, Optional
 
-from tcrag_langgraph.testing import SCRIPT_ENV, scripted_graph
+from tcrag_langgraph.testing import SCRIPT_ENV
 
-__all__ = ["make_graph", "studio_graph", "graph", "SCRIPT_ENV"]
+__all__ = ["make_graph", "studio_graph", "graph", "SCRIPT_ENV", "STUDIO_METHODS", "crp_rag_graph",
+           "kag_thinker_graph", "diffrag_graph", "base_graph", "cot_graph", "sr_rag_graph", "react_graph"]
+
+#: the graphs langgraph.json exports: its id -> the registry method it serves. TC-RAG, the three
+#: papers' methods, and the baselines to compare them with.
+STUDIO_METHODS: dict[str, str] = {
+    "tcrag": "tcrag", "crp-rag": "crp-rag", "kag-thinker": "kag-thinker", "diffrag": "diffrag",
+    "base": "base", "cot": "cot", "sr-rag": "sr-rag", "react": "react",
+}
 
 _built: dict[str, Any] = {}
 _build_lock = threading.Lock()
 
 
-def make_graph(*, script: Optional[str] = None, tools: bool = True):
-    """The graph Studio serves: scripted if ``script`` (or ``$TCRAG_STUDIO_SCRIPTED``) is set, else the
-    real agent (packaged local model, default tools). Never has a checkpointer."""
+def make_graph(*, script: Optional[str] = None, tools: bool = True, method: str = "tcrag"):
+    """The graph Studio serves for registry method ``method``: scripted if ``script`` (or
+    ``$TCRAG_STUDIO_SCRIPTED``) is set, else the real agent (packaged local model, default tools,
+    the bounded budgets of ``tcrag ask``: :data:`~tcrag_langgraph.faces.run_options.FACE_DEFAULTS`).
+    Never has a checkpointer."""
+    from tcrag_langgraph.faces.run_options import FACE_DEFAULTS
+    from tcrag_langgraph.machine.config import TCRAGConfig
+    from tcrag_langgraph.methods.registry import build_method
+
     script = script or os.environ.get(SCRIPT_ENV) or None
     if script:
-        return scripted_graph(script)
-    from tcrag_langgraph.methods.registry import DEFAULT_METHOD, build_method
+        from tcrag_langgraph.testing import scripted_components
+
+        parts = scripted_components(script)
+        own = parts["config"]
+        cfg = TCRAGConfig(**{**FACE_DEFAULTS, **{k: getattr(own, k) for k in own.model_fields_set}})
+        # a scripted scorer has no token log-probs: KAG-Thinker's likelihood test is off in that demo
+        options = {"knowledge_boundary": False} if method == "kag-thinker" else None
+        return build_method(method, model=parts["model"], tools=parts["tools"], scorer=parts["scorer"], config=cfg,
+                            options=options)
     from tcrag_langgraph.tools import default_tools
 
-    return build_method(DEFAULT_METHOD, tools=default_tools() if tools else [])
+    return build_method(method, config=TCRAGConfig(**FACE_DEFAULTS), tools=default_tools() if tools else [])
 
 
-def _the_graph():
-    """:func:`make_graph`'s graph, built on the first call (thread-safe), the same object afterwards."""
+def _the_graph(method: str = "tcrag"):
+    """:func:`make_graph`'s graph for ``method``, built on the first call (thread-safe), the same object afterwards."""
     with _build_lock:
-        if "graph" not in _built:
-            _built["graph"] = make_graph()
-        return _built["graph"]
+        if method not in _built:
+            _built[method] = make_graph(method=method)
+        return _built[method]
+
+
+def _factory(method: str):
+    async def factory():
+        if method in _built:
+            return _built[method]
+        return await asyncio.to_thread(_the_graph, method)
+
+    factory.__name__ = factory.__qualname__ = f"{method.replace('-', '_')}_graph"
+    factory.__doc__ = f"The graph factory langgraph.json exports for method {method!r} (built on the first call)."
+    return factory
 
 
 async def studio_graph():
@@ -56,13 +91,22 @@ async def studio_graph():
 
     Asynchronous because the Agent Server calls it on its event loop: the first call builds the
     graph in a worker thread (opening the EMR database is blocking I/O), later calls return it."""
-    if "graph" in _built:
-        return _built["graph"]
-    return await asyncio.to_thread(_the_graph)
+    if "tcrag" in _built:
+        return _built["tcrag"]
+    return await asyncio.to_thread(_the_graph, "tcrag")
+
+
+crp_rag_graph = _factory("crp-rag")
+kag_thinker_graph = _factory("kag-thinker")
+diffrag_graph = _factory("diffrag")
+base_graph = _factory("base")
+cot_graph = _factory("cot")
+sr_rag_graph = _factory("sr-rag")
+react_graph = _factory("react")
 
 
 def __getattr__(name: str) -> Any:
-    """``studio.graph``: the served graph, built on first access."""
+    """``studio.graph``: the served TC-RAG graph, built on first access."""
     if name != "graph":
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    return _the_graph()
+    return _the_graph("tcrag")

@@ -328,6 +328,18 @@ def _review_decision(decision: Any) -> tuple[bool, Optional[str]]:
     return False, f"unrecognised review decision {decision!r}"
 
 
+def _unjudged(model: Any) -> dict[str, str]:
+    """metric -> why the monitor cannot judge ``model`` (:func:`~tcrag_langgraph.monitor.calibration.monitor_cannot_judge`)."""
+    from ..monitor.calibration import METRICS, monitor_cannot_judge
+
+    try:
+        model_id = chat_model_id(model)
+    except ValueError:
+        return {}
+    found = {metric: monitor_cannot_judge(model_id, metric) for metric in METRICS}
+    return {metric: note for metric, note in found.items() if note}
+
+
 def build_graph(
     *,
     model: BaseChatModel | str | os.PathLike[str] | None = None,
@@ -339,6 +351,7 @@ def build_graph(
     store: Any = None,
     name: str = "tcrag",
     trust_client_identity: bool = False,
+    model_kwargs: Optional[Mapping[str, Any]] = None,
 ):
     """Build and compile the TC-RAG graph.
 
@@ -364,18 +377,25 @@ def build_graph(
         trust_client_identity: let a run's ``context`` / ``configurable`` set ``caller`` (the
             identity handed to tools such as EMR_SEARCH). Off by default: those are written by the
             client. Turn it on only in-process, when your own code builds the context.
+        model_kwargs: keywords for the chat model a ``"provider:model"`` name makes (LangChain's
+            ``init_chat_model``), e.g. ``{"base_url": "http://127.0.0.1:8000/v1", "api_key": key}`` for a
+            vLLM server; every method's builder takes them the same way.
 
     Returns:
         A compiled graph: ``invoke({"question": ...})`` or ``invoke({"messages": [...]})``.
     """
     args = build_arguments(model=model, tools=tools, scorer=scorer, config=config, options=options, name=name,
-                           trust_client_identity=trust_client_identity, method="TC-RAG")
+                           trust_client_identity=trust_client_identity, method="TC-RAG",
+                           model_kwargs=model_kwargs)
     model, cfg = args.model, args.config
     if cfg.sigma == "auto":  # the generator's stored calibration; a missing one fails here, not mid-run
         cfg = cfg.merged({"sigma": resolve_sigma(cfg, chat_model_id(model))})
+    own_weights = scorer is None
     # The monitor scores with the generator's own weights, never silently with another model.
     scorer = default_scorer(model, scorer, needed=cfg.enable_state_monitor)
     machine = _Machine(model, args.tools, scorer, cfg, trust_client_identity=trust_client_identity)
+    if own_weights and scorer is not None:  # what the shipped calibration says of this model as its own monitor
+        machine.unjudged = _unjudged(model)
     builder = StateGraph(TCRAGState, context_schema=TCRAGConfig)
     for node_name, node in (("Start", machine.start), ("Generate", machine.generate), ("Thought", machine.thought),
                             ("Plan", machine.plan), ("Tool_Use", machine.tool_use), ("Summary", machine.summary),

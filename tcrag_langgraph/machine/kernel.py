@@ -104,6 +104,9 @@ class RunKernel:
 
     #: the method's own options type (None: the method has none)
     options_type: Optional[type[MethodOptions]] = None
+    #: metric -> why the monitor cannot judge this generator (a shipped calibration found no sigma that
+    #: separates its right from wrong answers): a run it would validate halts ``monitor_cannot_judge``
+    unjudged: Mapping[str, str] = {}
 
     def __init__(self, model: BaseChatModel, tools: Sequence[BaseTool], scorer: Any, config: TCRAGConfig,
                  options: Optional[MethodOptions] = None, *, trust_client_identity: bool = False) -> None:
@@ -287,6 +290,9 @@ class RunKernel:
         reason = getattr(reason, "value", reason)
         update: dict[str, Any] = dict(extra or {})
         final = {**state, **update}
+        note = self.unjudged.get(final.get("metric") or self.base_config.metric) if validated else None
+        if note is not None:  # never "validated" by a monitor that cannot tell right from wrong
+            validated, reason, error = False, "monitor_cannot_judge", note
         depth, value = self.position(final)
         event = TraceEvent(step=final.get("steps", 0), action="Halt", op="halt", content=answer or "",
                            stack_depth=depth, state_value=value,
@@ -364,6 +370,7 @@ def build_arguments(
     trust_client_identity: Any,
     options_type: Optional[type[MethodOptions]] = None,
     method: str = "this method",
+    model_kwargs: Optional[Mapping[str, Any]] = None,
 ) -> BuildArguments:
     """Check and resolve the arguments every builder takes, the same way for every method.
 
@@ -371,7 +378,9 @@ def build_arguments(
     (the packaged default). ``tools``: LangChain tools with unique names. ``scorer``: None, an object
     with ``score`` or ``token_logprobs``, or a callable. ``config``: a :class:`TCRAGConfig` or a
     mapping of its fields. ``options``: the method's own options (or a mapping of them); a method
-    without options takes none. A wrong type is a TypeError, a bad value a ValueError.
+    without options takes none. ``model_kwargs``: what a ``"provider:model"`` name's chat model is made
+    with (``init_chat_model``'s keywords, e.g. ``base_url``, ``api_key``); only with such a name. A
+    wrong type is a TypeError, a bad value a ValueError.
     """
     if not (model is None or isinstance(model, (BaseChatModel, str, os.PathLike))):
         raise TypeError(f"model must be a LangChain chat model, a path or a 'provider:model' name, "
@@ -416,8 +425,13 @@ def build_arguments(
         raise ValueError("name must not be empty")
     if not isinstance(trust_client_identity, bool):
         raise TypeError(f"trust_client_identity must be True or False, got {type(trust_client_identity).__name__}")
+    if model_kwargs is not None and not isinstance(model_kwargs, Mapping):
+        raise TypeError(f"model_kwargs must be a mapping of init_chat_model keywords, got {type(model_kwargs).__name__}")
     if not isinstance(model, BaseChatModel):  # the packaged default, a local path or a provider name
-        model = resolve_chat_model(model, max_new_tokens=cfg.max_new_tokens, temperature=cfg.temperature)
+        model = resolve_chat_model(model, max_new_tokens=cfg.max_new_tokens, temperature=cfg.temperature,
+                                   **dict(model_kwargs or {}))
+    elif model_kwargs:
+        raise ValueError("model_kwargs apply to a model given by name; set them on the chat model you built")
     return BuildArguments(model=model, tools=tools, scorer=scorer, config=cfg, options=opts, name=name,
                           trust_client_identity=trust_client_identity)
 

@@ -71,6 +71,7 @@ class HaltReason(str, Enum):
     MODEL_ERROR = "model_error"  # the chat model raised
     SCORER_ERROR = "scorer_error"  # the state monitor could not score
     INVALID_INPUT = "invalid_input"  # empty / too long / non-text question
+    MONITOR_CANNOT_JUDGE = "monitor_cannot_judge"  # accepted below sigma, but the monitor cannot judge this model
 
 
 @dataclass(frozen=True)

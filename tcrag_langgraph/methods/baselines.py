@@ -21,7 +21,7 @@ Example:
 
 from __future__ import annotations
 
-from typing import Any, Literal, Optional, Sequence
+from typing import Any, Literal, Mapping, Optional, Sequence
 
 from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage
@@ -148,9 +148,10 @@ class _Direct(RunKernel):
 
 
 def _build(variant: Variant, *, model: Any, tools: Any, scorer: Any, config: Any, options: Any, checkpointer: Any,
-           store: Any, name: Optional[str], trust_client_identity: bool):
+           store: Any, name: Optional[str], trust_client_identity: bool, model_kwargs: Any = None):
     args = build_arguments(model=model, tools=tools, scorer=scorer, config=config, options=options,
-                           name=name or variant, trust_client_identity=trust_client_identity, method=variant)
+                           name=name or variant, trust_client_identity=trust_client_identity, method=variant,
+                           model_kwargs=model_kwargs)
     holder = _Direct(variant, args.model, args.tools if variant == "sr-rag" else [], args.scorer, args.config,
                      trust_client_identity=trust_client_identity)
     builder = StateGraph(DirectState, context_schema=TCRAGConfig)
@@ -167,25 +168,31 @@ def _build(variant: Variant, *, model: Any, tools: Any, scorer: Any, config: Any
 def build_base_graph(*, model: BaseChatModel | str | None = None, tools: Optional[Sequence[BaseTool]] = None,
                      scorer: Any = None, config: Optional[TCRAGConfig | dict[str, Any]] = None, options: Any = None,
                      checkpointer: Any = None, store: Any = None, name: str = "base",
-                     trust_client_identity: bool = False):
+                     trust_client_identity: bool = False,
+                     model_kwargs: Optional[Mapping[str, Any]] = None):
     """Base: one LLM call, no retrieval (``tools`` are accepted and not called)."""
     return _build("base", model=model, tools=tools, scorer=scorer, config=config, options=options,
-                  checkpointer=checkpointer, store=store, name=name, trust_client_identity=trust_client_identity)
+                  checkpointer=checkpointer, store=store, name=name, trust_client_identity=trust_client_identity,
+                  model_kwargs=model_kwargs)
 
 
 def build_cot_graph(*, model: BaseChatModel | str | None = None, tools: Optional[Sequence[BaseTool]] = None,
                     scorer: Any = None, config: Optional[TCRAGConfig | dict[str, Any]] = None, options: Any = None,
                     checkpointer: Any = None, store: Any = None, name: str = "cot",
-                    trust_client_identity: bool = False):
+                    trust_client_identity: bool = False,
+                    model_kwargs: Optional[Mapping[str, Any]] = None):
     """CoT: one LLM call that reasons step by step; the answer is read from its ``Answer:`` line."""
     return _build("cot", model=model, tools=tools, scorer=scorer, config=config, options=options,
-                  checkpointer=checkpointer, store=store, name=name, trust_client_identity=trust_client_identity)
+                  checkpointer=checkpointer, store=store, name=name, trust_client_identity=trust_client_identity,
+                  model_kwargs=model_kwargs)
 
 
 def build_sr_rag_graph(*, model: BaseChatModel | str | None = None, tools: Optional[Sequence[BaseTool]] = None,
                        scorer: Any = None, config: Optional[TCRAGConfig | dict[str, Any]] = None, options: Any = None,
                        checkpointer: Any = None, store: Any = None, name: str = "sr-rag",
-                       trust_client_identity: bool = False):
+                       trust_client_identity: bool = False,
+                       model_kwargs: Optional[Mapping[str, Any]] = None):
     """SR-RAG: every tool once with the question, then one LLM call over what they returned."""
     return _build("sr-rag", model=model, tools=tools, scorer=scorer, config=config, options=options,
-                  checkpointer=checkpointer, store=store, name=name, trust_client_identity=trust_client_identity)
+                  checkpointer=checkpointer, store=store, name=name, trust_client_identity=trust_client_identity,
+                  model_kwargs=model_kwargs)

@@ -24,7 +24,7 @@ from typing import Any
 from .state_values import STATE_VALUES
 
 __all__ = ["METRICS", "Calibration", "CalibrationNotFoundError", "default_calibration_path", "save_calibration",
-           "load_calibration", "resolve_sigma"]
+           "load_calibration", "resolve_sigma", "shipped_calibration", "monitor_cannot_judge", "SHIPPED_FILE"]
 
 #: the state values a calibration can be stored for
 METRICS = STATE_VALUES
@@ -147,13 +147,52 @@ def load_calibration(path: str | os.PathLike[str] | None = None, *, model_id: st
     return found
 
 
+#: calibrations measured with ``tcrag calibrate`` for the models this package ships (installed with it)
+SHIPPED_FILE = Path(__file__).with_name("shipped_calibrations.json")
+
+
+def shipped_calibration(model_id: str, metric: str) -> "Calibration | None":
+    """The calibration this package ships for ``model_id`` and ``metric`` (:data:`SHIPPED_FILE`),
+    else None. Its ``details["supported"]`` says whether any sigma separated right from wrong answers.
+
+    Example:
+        >>> shipped_calibration("no-such-model", "cppl") is None
+        True
+    """
+    if not SHIPPED_FILE.is_file():
+        return None
+    for item in json.loads(SHIPPED_FILE.read_text(encoding="utf-8")):
+        if item.get("model_id") == model_id and item.get("metric") == metric:
+            return Calibration.from_dict(item)
+    return None
+
+
+def monitor_cannot_judge(model_id: str, metric: str) -> "str | None":
+    """Why the state monitor cannot judge ``model_id``'s answers with ``metric`` (its own weights as
+    the monitor), or None when nothing says so. The user's own stored calibration of that model and
+    metric (``tcrag calibrate``, :func:`default_calibration_path`) wins over the shipped one.
+
+    Example:
+        >>> monitor_cannot_judge("no-such-model", "cppl") is None
+        True
+    """
+    if default_calibration_path(model_id, metric).is_file():
+        return None
+    found = shipped_calibration(model_id, metric)
+    if found is None or found.details.get("supported", True):
+        return None
+    return (f"the monitor cannot judge this model: on {found.dataset} (n={found.n}) its {metric} does not separate "
+            f"right from wrong answers (AUROC {found.auroc:.2f}); no sigma makes 'validated' mean anything for it")
+
+
 def resolve_sigma(config: Any, model_id: str, *, path: str | os.PathLike[str] | None = None) -> float:
     """The number sigma stands for in ``config`` with generator ``model_id``.
 
     A number is itself; ``None`` is the paper's default for ``config.metric``; ``"auto"`` is the
-    stored calibration of ``model_id`` for ``config.metric`` (:func:`load_calibration`; a missing
-    one is a :class:`CalibrationNotFoundError`). Call it when the graph is built and again when a
-    run changes the metric or sigma.
+    stored calibration of ``model_id`` for ``config.metric`` (:func:`load_calibration`), else the
+    one this package ships for it when that one found a separating sigma
+    (:func:`shipped_calibration`); otherwise a :class:`CalibrationNotFoundError` saying why. Call it
+    when the graph is built and again when a run changes the metric or sigma.
 
     Example:
         >>> from tcrag_langgraph.machine.config import TCRAGConfig
@@ -161,5 +200,16 @@ def resolve_sigma(config: Any, model_id: str, *, path: str | os.PathLike[str] | 
         20.0
     """
     if config.sigma == "auto":
-        return float(load_calibration(path, model_id=model_id, metric=config.metric).sigma)
+        try:
+            return float(load_calibration(path, model_id=model_id, metric=config.metric).sigma)
+        except CalibrationNotFoundError as missing:
+            shipped = shipped_calibration(model_id, config.metric) if path is None else None
+            if shipped is None:
+                raise
+            if shipped.details.get("supported", True):  # the package's own measurement of this model
+                return float(shipped.sigma)
+            raise CalibrationNotFoundError(
+                f"{missing} The calibration shipped for {model_id!r} ({shipped.dataset}, n={shipped.n}) found no "
+                f"sigma that separates its right from wrong answers (AUROC {shipped.auroc:.2f})."
+            ) from None
     return config.effective_sigma

@@ -37,6 +37,7 @@ def build_crp_rag_graph(
     store: Any = None,
     name: str = "crp-rag",
     trust_client_identity: bool = False,
+    model_kwargs: Optional[Mapping[str, Any]] = None,
     embeddings: Any = None,
 ):
     """Build and compile the CRP-RAG graph.
@@ -62,7 +63,8 @@ def build_crp_rag_graph(
         A compiled graph: ``invoke({"question": ...})`` or ``invoke({"messages": [...]})``.
     """
     args = build_arguments(model=model, tools=tools, scorer=scorer, config=config, options=options, name=name,
-                           trust_client_identity=trust_client_identity, options_type=CRPRAGOptions, method="CRP-RAG")
+                           trust_client_identity=trust_client_identity, options_type=CRPRAGOptions, method="CRP-RAG",
+                           model_kwargs=model_kwargs)
     scorer = default_scorer(args.model, args.scorer, needed=True)
     if embeddings is None:
         from ...tools.documents import default_embeddings

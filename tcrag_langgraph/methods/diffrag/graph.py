@@ -202,6 +202,7 @@ def build_diffrag_graph(
     store: Any = None,
     name: str = "diffrag",
     trust_client_identity: bool = False,
+    model_kwargs: Optional[Mapping[str, Any]] = None,
     knowledge: Optional[DiffRAGKnowledge] = None,
     documents: Optional[Sequence[Document]] = None,
     cases: Sequence[SolvedCase | Mapping[str, Any]] = (),
@@ -231,7 +232,7 @@ def build_diffrag_graph(
     """
     args = build_arguments(model=model, tools=tools, scorer=scorer, config=config, options=options, name=name,
                            trust_client_identity=trust_client_identity, options_type=DiffRAGOptions,
-                           method="TCM-DiffRAG")
+                           method="TCM-DiffRAG", model_kwargs=model_kwargs)
     if knowledge is not None and not isinstance(knowledge, DiffRAGKnowledge):
         raise TypeError(f"knowledge must be a DiffRAGKnowledge, not {type(knowledge).__name__}")
     if documents is not None and any(not isinstance(d, Document) for d in documents):

@@ -3,7 +3,7 @@ the scorer, and wires the nodes of :class:`~.nodes._Solver` into a compiled Lang
 
 from __future__ import annotations
 
-from typing import Any, Optional, Sequence
+from typing import Any, Mapping, Optional, Sequence
 
 from langchain_core.language_models import BaseChatModel
 from langchain_core.tools import BaseTool
@@ -29,6 +29,7 @@ def build_kag_thinker_graph(
     store: Any = None,
     name: str = "kag-thinker",
     trust_client_identity: bool = False,
+    model_kwargs: Optional[Mapping[str, Any]] = None,
 ):
     """Build and compile the KAG-Thinker graph.
 
@@ -52,7 +53,7 @@ def build_kag_thinker_graph(
     """
     args = build_arguments(model=model, tools=tools, scorer=scorer, config=config, options=options, name=name,
                            trust_client_identity=trust_client_identity, options_type=KAGThinkerOptions,
-                           method="KAG-Thinker")
+                           method="KAG-Thinker", model_kwargs=model_kwargs)
     opts = args.options
     unknown = [n for n in (opts.retrieval_tools or ()) if n not in {t.name for t in args.tools}]
     if unknown:

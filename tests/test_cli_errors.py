@@ -1,0 +1,118 @@
+"""Every user error exits 2 with one clear line on stderr, never a traceback, and costs nothing:
+no model is loaded and nothing is written. Each case is driven through the `tcrag` command."""
+
+from __future__ import annotations
+
+import pytest
+from typer.testing import CliRunner
+
+from tcrag_langgraph.faces.cli import app
+
+from .helpers_servers import free_port
+
+Q = "Which vitamin deficiency causes scurvy?"
+runner = CliRunner()
+
+
+def _one_line_refusal(result, *expected: str) -> str:
+    assert result.exit_code == 2, (result.exit_code, result.output)
+    assert "Traceback" not in result.output and result.exception is None or isinstance(result.exception, SystemExit)
+    lines = [line for line in result.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1, result.stderr
+    for text in expected:
+        assert text in lines[0], lines[0]
+    return lines[0]
+
+
+@pytest.fixture
+def empty_cache(tmp_path):
+    """An empty model cache: loading the packaged model would convert it into this folder."""
+    folder = tmp_path / "cache"
+    folder.mkdir()
+    return folder
+
+
+@pytest.mark.parametrize("args,expected", [
+    (["--model", "openai:gpt-x"], ["Missing credentials", "--api-key-env"]),
+    (["--model", "openai:gpt-x", "--api-key-env", "TCRAG_TEST_UNSET_KEY"], ["Missing credentials", "TCRAG_TEST_UNSET_KEY"]),
+    (["--model", "openai:gpt-x", "--api-key-env", "sk-live-0123456789"], ["Invalid option", "never the key itself"]),
+    (["--dtype", "float8"], ["Invalid option", "--dtype", "float32"]),
+    (["--device", "tpu"], ["Invalid option", "--device"]),
+    (["--sigma", "auto"], ["Not calibrated", "tcrag calibrate"]),
+    (["--sigma", "-3"], ["Invalid option", "--sigma"]),
+    (["--method", "flare"], ["Invalid option", "choose from"]),
+    (["--scorer", "/no/such/model"], ["Invalid option", "--scorer"]),
+    (["--base-url", "http://127.0.0.1:1/v1"], ["Invalid option", "provider:model"]),
+    (["--model", "./no-such.gguf"], ["Invalid model", "does not exist"]),
+    (["--es-url", "localhost:9200"], ["Invalid option", "--es-url"]),
+])
+def test_ask_refuses_user_errors_in_one_line_before_any_model_loads(args, expected, empty_cache):
+    env = {"OPENAI_API_KEY": None, "TCRAG_TEST_UNSET_KEY": None, "TCRAG_CACHE_DIR": str(empty_cache)}
+    line = _one_line_refusal(runner.invoke(app, ["ask", Q, *args], env=env), *expected)
+    assert "sk-live-0123456789" not in line
+    assert list(empty_cache.iterdir()) == []  # nothing converted, loaded or written
+
+
+@pytest.mark.skipif(__import__("torch").cuda.is_available(), reason="checks the refusal on a machine without CUDA")
+def test_a_device_this_machine_lacks_is_refused(empty_cache):
+    _one_line_refusal(runner.invoke(app, ["ask", Q, "--device", "cuda"], env={"TCRAG_CACHE_DIR": str(empty_cache)}),
+                      "Invalid option", "no CUDA GPU")
+
+
+def test_an_unreachable_provider_is_one_line(monkeypatch):
+    port = free_port()  # nothing listens there
+    result = runner.invoke(app, ["ask", Q, "--model", "openai:served", "--base-url", f"http://127.0.0.1:{port}/v1",
+                                 "--api-key-env", "TCRAG_TEST_KEY", "--no-state-monitor", "--no-tools", "--json"],
+                           env={"TCRAG_TEST_KEY": "sk-test"})
+    _one_line_refusal(result, "Model error", "Connection")
+
+
+def test_index_that_finds_nothing_writes_nothing(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    _one_line_refusal(runner.invoke(app, ["index", str(tmp_path / "no-such-path")]), "nothing to index")
+    assert not (tmp_path / ".tcrag").exists()
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    (empty / "blank.txt").write_text("   \n")
+    _one_line_refusal(runner.invoke(app, ["index", str(empty), "--out", str(tmp_path / "store")]), "nothing to index")
+    assert not (tmp_path / "store").exists()
+
+
+def test_serve_refuses_user_errors_in_one_line(empty_cache):
+    env = {"OPENAI_API_KEY": None, "TCRAG_CACHE_DIR": str(empty_cache)}
+    _one_line_refusal(runner.invoke(app, ["serve", "--model", "openai:gpt-x"], env=env), "Missing credentials")
+    _one_line_refusal(runner.invoke(app, ["serve", "--sigma", "auto"], env=env), "Not calibrated")
+    _one_line_refusal(runner.invoke(app, ["serve", "--dtype", "float8"], env=env), "--dtype")
+    _one_line_refusal(runner.invoke(app, ["serve", "--host", "0.0.0.0"], env={**env, "TCRAG_AUTH_USERS": None}),
+                      "without authentication")
+    assert list(empty_cache.iterdir()) == []
+
+
+def test_eval_and_calibrate_refuse_missing_credentials_without_a_traceback(tmp_path):
+    data = tmp_path / "q.jsonl"
+    data.write_text('{"id": "q0", "question": "Is aspirin an NSAID?", "answer": "yes"}\n')
+    for command in ("eval", "calibrate"):
+        result = runner.invoke(app, [command, "--dataset", str(data), "--model", "openai:gpt-x", "--api-key-env",
+                                     "TCRAG_TEST_UNSET_KEY", "--out", str(tmp_path / command)],
+                               env={"TCRAG_TEST_UNSET_KEY": None, "COLUMNS": "300"})
+        assert result.exit_code == 2 and "Traceback" not in result.output
+        assert "TCRAG_TEST_UNSET_KEY" in result.output and "is not set" in result.output
+        assert not (tmp_path / command).exists()
+
+
+def test_version_and_help_in_the_users_words():
+    from importlib.metadata import version
+
+    result = runner.invoke(app, ["--version"])
+    assert result.exit_code == 0 and result.stdout.strip() == f"tcrag {version('tcrag-langgraph')}"
+    import click
+    import typer.main
+
+    for name, command in typer.main.get_command(app).commands.items():
+        for param in command.params:
+            if isinstance(param, click.Option) and param.name != "help":
+                text = param.help or ""
+                assert text, f"tcrag {name} {param.opts[0]} has no help"
+                for internal in ("`", "tcrag_langgraph.", "TCRAGConfig", ":func:", "resolve_sigma"):
+                    assert internal not in text, f"tcrag {name} {param.opts[0]}: {text!r}"
+        assert "`" not in (command.help or ""), f"tcrag {name}'s description has reST markup"

@@ -1,0 +1,69 @@
+"""A first answer that does not lie: when the calibration shipped for a model (measured with
+``tcrag calibrate``) finds no sigma that separates its right from wrong answers, a run that its
+own-weights monitor would validate ends ``monitor_cannot_judge``, not validated; the user's own
+calibration of that model wins. Runs the packaged SmolLM2 for real (a few short runs)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from typer.testing import CliRunner
+
+from tcrag_langgraph import build_graph
+from tcrag_langgraph.faces.cli import app
+from tcrag_langgraph.models.local import LocalChatModel
+from tcrag_langgraph.monitor import calibration
+from tcrag_langgraph.monitor.calibration import Calibration, save_calibration, shipped_calibration
+
+Q = "Which vitamin deficiency causes scurvy?"
+# sigma so large that any Conclusion is accepted: the run reaches the "validated" halt for sure
+ACCEPT_ALL = {"sigma": 1e8, "max_steps": 1, "max_new_tokens": 24, "temperature": 0.0}
+
+
+def _unsupported(model_id: str = "SmolLM2-135M-Instruct") -> dict:
+    return Calibration(metric="cppl", sigma=3.0, auroc=0.45, model_id=model_id, dataset="pubmedqa:trainval", n=40,
+                       details={"supported": False}).to_dict()
+
+
+@pytest.fixture
+def shipped(tmp_path, monkeypatch):
+    path = tmp_path / "shipped.json"
+    path.write_text(json.dumps([_unsupported()]))
+    monkeypatch.setattr(calibration, "SHIPPED_FILE", path)
+    return path
+
+
+def test_the_packaged_model_ships_a_calibration_measured_on_pubmedqa_trainval():
+    found = shipped_calibration("SmolLM2-135M-Instruct", "cppl")
+    assert found is not None and found.dataset == "pubmedqa:trainval" and found.n >= 30
+    assert "supported" in found.details and found.details["method"] == "wo-monitor"
+    note = calibration.monitor_cannot_judge("SmolLM2-135M-Instruct", "cppl")
+    assert (note is not None) == (not found.details["supported"])
+
+
+@pytest.mark.slow
+def test_a_run_the_monitor_would_validate_ends_cannot_judge(shipped, lm, tmp_path, monkeypatch):
+    monkeypatch.setenv("TCRAG_CACHE_DIR", str(tmp_path / "user-cache"))
+    out = build_graph(model=LocalChatModel(max_new_tokens=24, temperature=0.0), config=ACCEPT_ALL).invoke({"question": Q})
+    assert out["answer"] and out["answer_validated"] is False, out["halt_reason"]
+    assert out["halt_reason"] == "monitor_cannot_judge" and "cannot judge this model" in out["error"]
+    assert out["messages"][-1].response_metadata["answer_validated"] is False
+    # the monitor off: the shipped verdict about the model's own weights as its monitor does not apply
+    off = build_graph(model=LocalChatModel(max_new_tokens=24, temperature=0.0),
+                      config={**ACCEPT_ALL, "enable_state_monitor": False}).invoke({"question": Q})
+    assert off["halt_reason"] in ("conclusion_unmonitored", "max_steps") and off["answer"]
+    # the user's own calibration of the model (tcrag calibrate) wins over the shipped one
+    save_calibration(Calibration(metric="cppl", sigma=5.0, auroc=0.8, model_id="SmolLM2-135M-Instruct",
+                                 dataset="mine", n=50, details={"supported": True}))
+    mine = build_graph(model=LocalChatModel(max_new_tokens=24, temperature=0.0), config=ACCEPT_ALL).invoke({"question": Q})
+    assert mine["halt_reason"] == "validated" and mine["answer_validated"] is True
+
+
+@pytest.mark.slow
+def test_the_live_view_says_the_monitor_cannot_judge(shipped, lm, tmp_path):
+    result = CliRunner().invoke(app, ["ask", Q, "--no-tools", "--sigma", "1e8", "--max-steps", "1",
+                                      "--max-new-tokens", "24", "--temperature", "0"],
+                                env={"TCRAG_CACHE_DIR": str(tmp_path / "user-cache"), "COLUMNS": "200"})
+    assert result.exit_code == 0, result.output
+    assert "Status: not validated: the monitor cannot judge this model" in result.stdout
