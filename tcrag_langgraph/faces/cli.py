@@ -216,9 +216,13 @@ def ask(
                                          show_default="cpu", rich_help_panel=_MODEL_PANEL),
     dtype: Optional[str] = typer.Option(None, help="Local models only: float32, bfloat16 or float16.",
                                         show_default="float32", rich_help_panel=_MODEL_PANEL),
+    backend: Optional[str] = typer.Option(
+        None, help="Local models only: auto (llama.cpp for a .gguf on the CPU, transformers otherwise), "
+        "llama_cpp or transformers.", show_default="auto", rich_help_panel=_MODEL_PANEL),
     seed: Optional[int] = typer.Option(0, help="Local models only: sampling seed (reproducible runs).",
                                        rich_help_panel=_MODEL_PANEL),
-    threads: Optional[int] = typer.Option(None, min=1, help="torch CPU threads (1 is often faster on a busy machine).",
+    threads: Optional[int] = typer.Option(None, min=1, help="CPU threads of the local model, torch or llama.cpp "
+                                          "(1 is often faster on a busy machine).",
                                           rich_help_panel=_MODEL_PANEL),
     tools: bool = typer.Option(True, "--tools/--no-tools", help="Use the embedded default tools.",
                                rich_help_panel=_MODEL_PANEL),
@@ -246,8 +250,9 @@ def ask(
     _quiet_library_progress()
     components: dict[str, Any] = {}
     if scripted is not None:
-        if any(v is not None for v in (model, device, dtype)):
-            raise refuse("Invalid option", "--scripted replaces the model: do not combine it with --model/--device/--dtype")
+        if any(v is not None for v in (model, device, dtype, backend)):
+            raise refuse("Invalid option", "--scripted replaces the model: do not combine it with "
+                         "--model/--device/--dtype/--backend")
         from ..testing import scripted_components
 
         try:
@@ -273,11 +278,13 @@ def ask(
     else:
         try:
             chat = resolve_chat_model(model, max_new_tokens=cfg.max_new_tokens, temperature=cfg.temperature,
-                                      device=device, dtype=dtype)
+                                      device=device, dtype=dtype, backend=backend)
         except ValueError as exc:
             raise refuse("Invalid model", str(exc)) from None
         if isinstance(chat, LocalChatModel):
             chat.seed = seed
+            if threads is not None and hasattr(chat, "n_threads"):  # llama.cpp threads
+                chat.n_threads = threads
         scorer = None
         try:
             with err.status("Loading the model and tools (the first run converts the packaged model, ~30 s)..."):
@@ -297,7 +304,14 @@ def ask(
         out.print(f"[bold]TC-RAG[/] metric={cfg.metric} sigma={sigma} "
                   f"max_steps={cfg.max_steps} max_new_tokens={cfg.max_new_tokens} tools={names}", highlight=False)
     final: dict[str, Any] = {}
-    for mode, chunk in graph.stream({"question": question}, stream_mode=["custom", "values"]):
+    writing = _LiveReply(out) if (not as_json and out.is_terminal) else None  # the reply as it is written
+    modes = ["custom", "values", "messages"] if writing is not None else ["custom", "values"]
+    for mode, chunk in graph.stream({"question": question}, stream_mode=modes):
+        if mode == "messages":
+            writing.add(chunk[0])
+            continue
+        if writing is not None:
+            writing.stop()
         if mode == "custom" and isinstance(chunk, dict) and chunk.get("type") == EVENT_NAME:
             if not as_json:
                 _render_event(out, chunk)
@@ -312,6 +326,33 @@ def ask(
         raise typer.Exit(2)
     if result.answer is None:
         raise typer.Exit(1)
+
+
+class _LiveReply:
+    """A transient line under the live view showing the model's reply token by token (terminals only);
+    it disappears when the step's event is printed."""
+
+    def __init__(self, console: Console) -> None:
+        self.console, self.text, self.live = console, "", None
+
+    def add(self, message: Any) -> None:
+        from langchain_core.messages import AIMessageChunk
+        from rich.live import Live
+        from rich.text import Text
+
+        piece = message.content if isinstance(message, AIMessageChunk) and isinstance(message.content, str) else ""
+        if not piece:
+            return
+        self.text += piece
+        if self.live is None:
+            self.live = Live(console=self.console, transient=True, refresh_per_second=12)
+            self.live.start()
+        self.live.update(Text("     writing: " + self.text[-1500:], style="dim"))
+
+    def stop(self) -> None:
+        if self.live is not None:
+            self.live.stop()
+        self.live, self.text = None, ""
 
 
 def _ask_signature() -> inspect.Signature:

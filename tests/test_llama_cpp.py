@@ -1,0 +1,337 @@
+"""The llama.cpp backend (tcrag_langgraph.models.llama_cpp) on the packaged SmolLM2 GGUF.
+
+Real components only: the packaged GGUF run by llama.cpp, compared with the transformers path over
+the same file (prompt token ids, cppl/uct of 50 pairs, decisions at sigma), real prefix reuse,
+real streaming through a graph, and damaged copies of the real file. No timing here (speed is
+measured in benchmarks/local_backend.py).
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from langchain_core.messages import AIMessage, HumanMessage, SystemMessage
+
+from tcrag_langgraph.models.llama_cpp import (
+    LlamaCppChatModel,
+    LlamaCppScorer,
+    check_gguf_file,
+    load_llama_model,
+)
+from tcrag_langgraph.models.local import (
+    LocalChatModel,
+    LocalModelError,
+    default_model_source,
+    resolve_chat_model,
+    takes_generation_settings,
+)
+from tcrag_langgraph.monitor.scoring import LocalLMScorer, scorer_for_model
+
+STOPS = ["\nObservation:", "\nThought:", "\nConclusion:"]
+
+
+def packaged_gguf() -> Path:
+    folder, name = default_model_source()
+    return folder / name
+
+
+@pytest.fixture(scope="module")
+def llama():
+    return load_llama_model(None, n_threads=1)
+
+
+@pytest.fixture(scope="module")
+def chat():
+    return LlamaCppChatModel(max_new_tokens=24, temperature=0.0, n_threads=1)
+
+
+def conversation(extra: str = "") -> list:
+    return [
+        SystemMessage(content="You answer medical questions. Write one action: Thought: ... or Conclusion: ..."),
+        HumanMessage(content="User_Query: Which vitamin deficiency causes scurvy? Ünïcode – ok."),
+        AIMessage(content="Thought: Scurvy is linked to a vitamin."),
+        HumanMessage(content="Write your next action." + extra),
+    ]
+
+
+# --- choosing the backend ----------------------------------------------------------------------
+
+def test_gguf_paths_and_the_packaged_default_run_on_llama_cpp_and_backend_overrides(lm, tmp_path):
+    gguf = str(packaged_gguf())
+    by_file = resolve_chat_model(gguf, max_new_tokens=5, temperature=0.0)
+    assert isinstance(by_file, LlamaCppChatModel) and by_file.model_path == gguf
+    assert (by_file.max_new_tokens, by_file.temperature) == (5, 0.0)
+    assert by_file._llama is None  # nothing loaded by resolving
+    default = resolve_chat_model(None)
+    assert isinstance(default, LlamaCppChatModel) and default.model_path is None
+    assert default.model_id == "SmolLM2-135M-Instruct"
+    # transformers: a model folder, an explicit backend, a GPU device or a dtype
+    folder = Path(lm.model.name_or_path)
+    for model in (resolve_chat_model(folder), resolve_chat_model(gguf, backend="transformers"),
+                  resolve_chat_model(gguf, dtype="bfloat16"), resolve_chat_model(None, device="cuda")):
+        assert type(model) is LocalChatModel
+    assert isinstance(resolve_chat_model(gguf, backend="llama_cpp"), LlamaCppChatModel)
+    with pytest.raises(ValueError, match="runs .gguf files"):
+        resolve_chat_model(folder, backend="llama_cpp")
+    with pytest.raises(ValueError, match="dtype does not apply"):
+        resolve_chat_model(gguf, backend="llama_cpp", dtype="float32")
+    with pytest.raises(ValueError, match="unknown backend"):
+        resolve_chat_model(gguf, backend="onnx")
+    with pytest.raises(ValueError, match="local models only"):
+        resolve_chat_model("openai:m", backend="llama_cpp")
+
+
+def test_the_kernel_passes_budgets_and_the_monitor_scores_with_the_same_weights(chat):
+    assert takes_generation_settings(chat)
+    scorer = scorer_for_model(chat)
+    assert isinstance(scorer, LlamaCppScorer)
+    assert scorer.local_model is chat.llama_model  # the generator's loaded weights, not a second copy
+
+
+# --- prompts and generation --------------------------------------------------------------------
+
+def test_prompt_token_ids_are_those_of_the_transformers_chat_template(llama):
+    ref = LocalChatModel()._prompt_ids(conversation())[0].tolist()
+    assert llama.prompt_ids(conversation()) == ref
+    assert llama.prompt_ids(conversation(" <|im_end|> in text")) == \
+        LocalChatModel()._prompt_ids(conversation(" <|im_end|> in text"))[0].tolist()
+
+
+def test_greedy_generation_honours_budget_stop_and_is_reproducible(chat):
+    first = chat.invoke(conversation(), max_new_tokens=12)
+    again = chat.invoke(conversation(), max_new_tokens=12)
+    assert first.content and first.content == again.content
+    assert 1 <= first.usage_metadata["output_tokens"] <= 12
+    assert first.response_metadata["backend"] == "llama_cpp"
+    longer = chat.invoke(conversation(), max_new_tokens=40)
+    assert longer.content.startswith(first.content[:10])
+    # A stop sequence taken from the model's own greedy reply cuts it there.
+    words = longer.content.split()
+    assert len(words) >= 3
+    stop = " " + words[2]
+    cut = chat.invoke(conversation(), max_new_tokens=40, stop=[stop])
+    assert stop not in cut.content and longer.content.startswith(cut.content)
+
+
+def test_sampling_uses_the_seed(chat):
+    a = LlamaCppChatModel(max_new_tokens=16, temperature=0.9, seed=3, n_threads=1)
+    b = LlamaCppChatModel(max_new_tokens=16, temperature=0.9, seed=3, n_threads=1)
+    assert a.invoke(conversation()).content == b.invoke(conversation()).content
+
+
+def test_a_gpu_on_a_cpu_only_build_is_a_clear_error():
+    import llama_cpp
+
+    if llama_cpp.llama_supports_gpu_offload():
+        pytest.skip("this llama-cpp-python build can offload to a GPU (tests/test_gpu.py covers it)")
+    with pytest.raises(LocalModelError, match="no GPU offload"):
+        LlamaCppChatModel(device="cuda", max_new_tokens=4).invoke("hi")
+    with pytest.raises(LocalModelError, match="no GPU offload"):
+        LlamaCppChatModel(n_gpu_layers=-1, max_new_tokens=4).invoke("hi")
+    with pytest.raises(ValueError, match="unknown device"):
+        LlamaCppChatModel(device="tpu", max_new_tokens=4).invoke("hi")
+
+
+def test_prompt_longer_than_the_context_is_a_clear_error():
+    small = LlamaCppChatModel(max_new_tokens=8, temperature=0.0, n_ctx=64, n_threads=1)
+    with pytest.raises(ValueError, match="exceeds the context of 64 tokens"):
+        small.invoke("word " * 200)
+
+
+# --- prefix reuse ------------------------------------------------------------------------------
+
+def _stack_prompt(frames: list[str]) -> list:
+    body = "\n".join(frames)
+    return [SystemMessage(content="You are a careful medical assistant. Reply with one action."),
+            HumanMessage(content=f"Stack (bottom first):\n{body}\n\nWrite your next action.")]
+
+
+def test_a_push_prefills_only_the_new_frame_and_a_pop_cuts_back(llama):
+    chat = LlamaCppChatModel(max_new_tokens=6, temperature=0.0, n_threads=1)
+    plain = LlamaCppChatModel(max_new_tokens=6, temperature=0.0, n_threads=1, kv_cache=False)
+    frames = ["User_Query: Is metformin safe at an eGFR of 25?",
+              "Thought: I should check renal dosing guidance for metformin in kidney disease.",
+              "Tool_Use: DOC_RAG metformin renal impairment"]
+    steps = [frames[:1], frames[:2], frames[:3], frames[:2]]  # push, push, Backtrack (pop)
+    previous = None
+    for stack in steps:
+        msgs = _stack_prompt(stack)
+        ids = llama.prompt_ids(msgs)
+        reply = chat.invoke(msgs)
+        reference = plain.invoke(msgs)
+        read = reply.usage_metadata["input_token_details"]["cache_read"]
+        assert reference.usage_metadata["input_token_details"]["cache_read"] == 0
+        assert reply.content == reference.content  # reuse changes no token
+        if previous is not None:
+            common = next((i for i, (a, b) in enumerate(zip(previous, ids)) if a != b), min(len(previous), len(ids)))
+            assert read >= common - 1 and read > 0
+            assert len(ids) - read <= len(ids) - common + 1  # only what follows the shared prefix is prefilled
+        previous = ids
+    stats = chat.kv_cache_stats
+    assert stats["reused_tokens"] > 0 and stats["prefill_tokens"] < stats["prompt_tokens"]
+
+
+# --- streaming ---------------------------------------------------------------------------------
+
+def test_stream_yields_the_reply_token_by_token_and_joins_to_invoke(chat):
+    whole = chat.invoke(conversation(), max_new_tokens=30, stop=STOPS)
+    chunks = list(chat.stream(conversation(), max_new_tokens=30, stop=STOPS))
+    texts = [c.content for c in chunks if c.content]
+    assert len(texts) >= 3
+    assert "".join(texts) == whole.content
+    assert chunks[-1].usage_metadata["output_tokens"] == whole.usage_metadata["output_tokens"]
+
+
+def test_a_graph_streams_tokens_of_a_local_gguf_model():
+    from tcrag_langgraph import TCRAGConfig, build_graph
+
+    chat = LlamaCppChatModel(n_threads=1)
+    graph = build_graph(model=chat, tools=[], config=TCRAGConfig(max_steps=1, max_new_tokens=24, temperature=0.0,
+                                                                  enable_state_monitor=False))
+    pieces = [msg.content for msg, meta in graph.stream({"question": "Which vitamin prevents scurvy?"},
+                                                        stream_mode="messages")
+              if getattr(msg, "content", None) and type(msg).__name__ == "AIMessageChunk"]
+    assert len(pieces) >= 3
+
+
+# --- exact state values ------------------------------------------------------------------------
+
+def fifty_pairs() -> list[tuple[str, str]]:
+    from tcrag_langgraph.tools.documents import PACKAGED_CORPUS, packaged_data_dir
+
+    texts = []
+    with gzip.open(packaged_data_dir() / f"{PACKAGED_CORPUS}.jsonl.gz", "rt", encoding="utf-8") as fh:
+        for line in fh:
+            row = json.loads(line)
+            if "text" in row:
+                texts.append(row["text"])
+            if len(texts) >= 120:
+                break
+    sentences = [s.strip() + "." for t in texts for s in t.split(". ") if 40 <= len(s) <= 160]
+    pairs = []
+    for i in range(50):
+        query = f"What does the study say about {sentences[2 * i].split()[1].strip(',.').lower()}?"
+        text = sentences[2 * i] if i % 2 == 0 else sentences[(7 * i + 3) % len(sentences)]
+        pairs.append((query, text if i % 5 else f"Conclusion: {text}"))
+    return pairs
+
+
+def test_cppl_and_uct_of_50_pairs_agree_with_transformers_on_the_same_gguf(lm, llama):
+    ref = LocalLMScorer(lm)
+    ours = LlamaCppScorer(model_loader=lambda: llama)
+    worst = {"cppl": 0.0, "uct": 0.0}
+    sigma = {"cppl": 10.0, "uct": 20.0}
+    values = {"cppl": [], "uct": []}
+    for query, text in fifty_pairs():
+        for metric in ("cppl", "uct"):
+            a, b = ref.score(query, text, metric=metric), ours.score(query, text, metric=metric)
+            worst[metric] = max(worst[metric], abs(b - a) / abs(a))
+            assert (a < sigma[metric]) == (b < sigma[metric]), (metric, query, text, a, b)
+            values[metric].append(a)
+    print(f"max relative difference: cppl {worst['cppl']:.4%}, uct {worst['uct']:.4%}")
+    assert worst["cppl"] < 0.02 and worst["uct"] < 0.02
+    # The decisions checked above are not all the same (the check has two sides).
+    for metric in ("cppl", "uct"):
+        below = sum(v < sigma[metric] for v in values[metric])
+        assert 0 < below < 50, (metric, below)
+
+
+def test_scorer_reuses_the_query_prefix_without_changing_values(llama):
+    cached = LlamaCppScorer(model_loader=lambda: llama)
+    fresh = LlamaCppScorer(model_loader=lambda: llama, prefix_cache=0)
+    q = "Which vitamin deficiency causes scurvy?"
+    first = cached.score(q, "Vitamin C deficiency causes scurvy.", metric="cppl")
+    before = cached.evaluated_tokens
+    second = cached.score(q, "A lack of vitamin C.", metric="cppl")
+    q_tokens = len(llama.tokenize(q + "\n"))
+    assert cached.evaluated_tokens - before <= len(llama.tokenize("A lack of vitamin C.")) + 1 < q_tokens + 5
+    assert first == pytest.approx(fresh.score(q, "Vitamin C deficiency causes scurvy.", metric="cppl"), rel=1e-4)
+    assert second == pytest.approx(fresh.score(q, "A lack of vitamin C.", metric="cppl"), rel=1e-4)
+    with pytest.raises(ValueError, match="no tokens"):
+        cached.score(q, "", metric="cppl")
+    with pytest.raises(ValueError, match="unknown metric"):
+        cached.score(q, "x", metric="ppl")
+
+
+# --- damaged and unsupported files -------------------------------------------------------------
+
+def test_truncated_and_corrupt_files_are_clear_errors_not_crashes(tmp_path):
+    src = packaged_gguf()
+    truncated = tmp_path / "truncated.gguf"
+    with open(src, "rb") as fin, open(truncated, "wb") as fout:
+        fout.write(fin.read(src.stat().st_size // 2))
+    garbage = tmp_path / "garbage.gguf"
+    garbage.write_bytes(b"not a model at all" * 100)
+    header_only = tmp_path / "header.gguf"
+    header_only.write_bytes(src.read_bytes()[:64])
+    for path, message in ((truncated, "truncated"), (garbage, "not a GGUF file"), (header_only, "truncated or corrupt")):
+        with pytest.raises(LocalModelError, match=message):
+            check_gguf_file(path)
+        model = resolve_chat_model(str(path))
+        with pytest.raises(LocalModelError, match=message):
+            model.invoke("hi")
+    # The command line says so and exits 1 (no traceback, no crash).
+    out = subprocess.run([sys.executable, "-m", "tcrag_langgraph.faces.cli", "ask", "What is scurvy?",
+                          "--model", str(truncated), "--no-tools"], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 1, out.stderr[-2000:]
+    assert "truncated" in out.stderr and "Traceback" not in out.stderr
+
+
+def _with_architecture(src: Path, dst: Path, arch: str) -> None:
+    """A copy of a GGUF with general.architecture (and its key prefix) renamed."""
+    from gguf import GGUFReader, GGUFValueType, GGUFWriter
+
+    reader = GGUFReader(str(src))
+    old = bytes(reader.fields["general.architecture"].parts[-1]).decode()
+    writer = GGUFWriter(str(dst), arch)
+    for name, fld in reader.fields.items():
+        if name.startswith("GGUF.") or name == "general.architecture":
+            continue
+        key = arch + name[len(old):] if name.startswith(old + ".") else name
+        vtype = fld.types[0]
+        if vtype == GGUFValueType.ARRAY:
+            sub = fld.types[1]
+            if sub == GGUFValueType.STRING:
+                value = [bytes(fld.parts[i]).decode("utf-8", "surrogateescape") for i in fld.data]
+            else:
+                value = [fld.parts[i].tolist()[0] for i in fld.data]
+            writer.add_key_value(key, value, vtype, sub_type=sub)
+        elif vtype == GGUFValueType.STRING:
+            writer.add_key_value(key, bytes(fld.parts[-1]).decode("utf-8", "surrogateescape"), vtype)
+        else:
+            writer.add_key_value(key, fld.parts[-1].tolist()[0], vtype)
+    for t in reader.tensors:
+        writer.add_tensor(t.name, t.data, raw_shape=t.data.shape, raw_dtype=t.tensor_type)
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+
+
+@pytest.mark.slow
+def test_an_architecture_llama_cpp_cannot_run_falls_back_to_transformers_with_one_line(tmp_path):
+    """'mistral' is a GGUF architecture name transformers reads and llama.cpp does not know."""
+    path = tmp_path / "renamed-arch.gguf"
+    _with_architecture(packaged_gguf(), path, "mistral")
+    script = (
+        "import json\n"
+        "from tcrag_langgraph.models.local import resolve_chat_model\n"
+        "from tcrag_langgraph.monitor.scoring import scorer_for_model\n"
+        f"chat = resolve_chat_model({str(path)!r}, max_new_tokens=5, temperature=0.0)\n"
+        "reply = chat.invoke('Say hi')\n"
+        "s = scorer_for_model(chat).score('What treats scurvy?', 'Vitamin C.', metric='cppl')\n"
+        "print(json.dumps({'type': type(chat).__name__, 'backend': chat.backend, 'reply': reply.content, 's': s}))\n"
+    )
+    env = {**__import__("os").environ, "TCRAG_CACHE_DIR": str(tmp_path / "cache"), "HF_HUB_OFFLINE": "1"}
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=500, env=env)
+    assert out.returncode == 0, out.stderr[-3000:]
+    result = json.loads(out.stdout.strip().splitlines()[-1])
+    assert result["backend"] == "transformers" and result["s"] > 0
+    lines = [ln for ln in out.stderr.splitlines() if "running it with transformers instead" in ln]
+    assert len(lines) == 1 and "'mistral'" in lines[0]
