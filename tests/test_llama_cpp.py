@@ -287,17 +287,16 @@ def test_truncated_and_corrupt_files_are_clear_errors_not_crashes(tmp_path):
     assert "truncated" in out.stderr and "Traceback" not in out.stderr
 
 
-def _with_architecture(src: Path, dst: Path, arch: str) -> None:
-    """A copy of a GGUF with general.architecture (and its key prefix) renamed."""
+def _without_key(src: Path, dst: Path, dropped: str) -> None:
+    """A copy of a GGUF without one metadata key (everything else, tensors included, unchanged)."""
     from gguf import GGUFReader, GGUFValueType, GGUFWriter
 
     reader = GGUFReader(str(src))
-    old = bytes(reader.fields["general.architecture"].parts[-1]).decode()
+    arch = bytes(reader.fields["general.architecture"].parts[-1]).decode()
     writer = GGUFWriter(str(dst), arch)
     for name, fld in reader.fields.items():
-        if name.startswith("GGUF.") or name == "general.architecture":
+        if name.startswith("GGUF.") or name in ("general.architecture", dropped):
             continue
-        key = arch + name[len(old):] if name.startswith(old + ".") else name
         vtype = fld.types[0]
         if vtype == GGUFValueType.ARRAY:
             sub = fld.types[1]
@@ -305,11 +304,11 @@ def _with_architecture(src: Path, dst: Path, arch: str) -> None:
                 value = [bytes(fld.parts[i]).decode("utf-8", "surrogateescape") for i in fld.data]
             else:
                 value = [fld.parts[i].tolist()[0] for i in fld.data]
-            writer.add_key_value(key, value, vtype, sub_type=sub)
+            writer.add_key_value(name, value, vtype, sub_type=sub)
         elif vtype == GGUFValueType.STRING:
-            writer.add_key_value(key, bytes(fld.parts[-1]).decode("utf-8", "surrogateescape"), vtype)
+            writer.add_key_value(name, bytes(fld.parts[-1]).decode("utf-8", "surrogateescape"), vtype)
         else:
-            writer.add_key_value(key, fld.parts[-1].tolist()[0], vtype)
+            writer.add_key_value(name, fld.parts[-1].tolist()[0], vtype)
     for t in reader.tensors:
         writer.add_tensor(t.name, t.data, raw_shape=t.data.shape, raw_dtype=t.tensor_type)
     writer.write_header_to_file()
@@ -319,10 +318,12 @@ def _with_architecture(src: Path, dst: Path, arch: str) -> None:
 
 
 @pytest.mark.slow
-def test_an_architecture_llama_cpp_cannot_run_falls_back_to_transformers_with_one_line(tmp_path):
-    """'mistral' is a GGUF architecture name transformers reads and llama.cpp does not know."""
-    path = tmp_path / "renamed-arch.gguf"
-    _with_architecture(packaged_gguf(), path, "mistral")
+def test_a_gguf_llama_cpp_cannot_run_falls_back_to_transformers_with_one_line(tmp_path):
+    """A well-formed GGUF that llama.cpp refuses (here: without the RMS-norm epsilon llama.cpp
+    requires and transformers defaults) runs with transformers, generator and monitor alike."""
+    path = tmp_path / "no-eps.gguf"
+    _without_key(packaged_gguf(), path, "llama.attention.layer_norm_rms_epsilon")
+    check_gguf_file(path)  # well-formed: not a damaged file
     script = (
         "import json\n"
         "from tcrag_langgraph.models.local import resolve_chat_model\n"
@@ -336,6 +337,7 @@ def test_an_architecture_llama_cpp_cannot_run_falls_back_to_transformers_with_on
     out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=500, env=env)
     assert out.returncode == 0, out.stderr[-3000:]
     result = json.loads(out.stdout.strip().splitlines()[-1])
-    assert result["backend"] == "transformers" and result["s"] > 0
+    assert result["type"] == "LlamaCppChatModel" and result["backend"] == "transformers"
+    assert result["reply"] and result["s"] > 1
     lines = [ln for ln in out.stderr.splitlines() if "running it with transformers instead" in ln]
-    assert len(lines) == 1 and "'mistral'" in lines[0]
+    assert len(lines) == 1 and "llama.cpp cannot load" in lines[0]
