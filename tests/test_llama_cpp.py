@@ -341,3 +341,31 @@ def test_a_gguf_llama_cpp_cannot_run_falls_back_to_transformers_with_one_line(tm
     assert result["reply"] and result["s"] > 1
     lines = [ln for ln in out.stderr.splitlines() if "running it with transformers instead" in ln]
     assert len(lines) == 1 and "llama.cpp cannot load" in lines[0]
+
+
+# --- speculative decoding (the Qwen GGUFs; skipped where they are absent, as in CI) ---------------
+
+QWEN_DIR = Path(__import__("os").environ.get("TCRAG_QWEN_DIR", "/work/models"))
+QWEN_05 = QWEN_DIR / "qwen2.5-coder-0.5b-instruct.gguf"
+QWEN_15 = QWEN_DIR / "qwen2.5-coder-1.5b-instruct.gguf"
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not (QWEN_05.is_file() and QWEN_15.is_file()),
+                    reason="needs the Qwen2.5-Coder 0.5B and 1.5B GGUFs (../shared/models/get_qwen.sh)")
+def test_speculative_greedy_output_is_the_models_own_on_20_prompts():
+    """The 0.5B drafts for the 1.5B (one tokenizer): greedy replies identical to the 1.5B alone."""
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+    from local_backend import SPEC_PROMPTS
+
+    plain = LlamaCppChatModel(model_path=str(QWEN_15), temperature=0.0, kv_cache=False, max_new_tokens=24)
+    spec = LlamaCppChatModel(model_path=str(QWEN_15), temperature=0.0, kv_cache=False, max_new_tokens=24,
+                             draft_model_path=str(QWEN_05), n_draft=4)
+    assert len(SPEC_PROMPTS) == 20
+    for prompt in SPEC_PROMPTS:
+        msgs = [HumanMessage(content=prompt)]
+        assert spec.invoke(msgs).content == plain.invoke(msgs).content, prompt
+    stats = spec.speculative_stats
+    assert stats.proposed > 0 and 0 < stats.accepted <= stats.proposed
+    with pytest.raises(LocalModelError, match="one tokenizer"):
+        LlamaCppChatModel(draft_model_path=str(QWEN_05), max_new_tokens=2, temperature=0.0).invoke("hi")

@@ -247,7 +247,13 @@ def load_llama_model(path: "str | os.PathLike[str] | None" = None, *, n_ctx: int
 
 
 def default_threads() -> int:
-    """Threads for llama.cpp when none are given: the cores this process may run on."""
+    """Threads for llama.cpp when none are given: ``$TCRAG_THREADS`` if set, else the cores this
+    process may run on (on a busy shared machine 1 is often faster: llama.cpp's threads spin-wait)."""
+    env = os.environ.get("TCRAG_THREADS", "").strip()
+    if env:
+        if not env.isdigit() or int(env) < 1:
+            raise ValueError(f"TCRAG_THREADS must be a positive integer, not {env!r}")
+        return int(env)
     try:
         return max(1, len(os.sched_getaffinity(0)))
     except AttributeError:  # pragma: no cover - not Linux
