@@ -104,6 +104,16 @@ def check_gguf_file(path: Path) -> None:
         raise LocalModelError(f"{path} is truncated: its tensors need {end} bytes, the file has {size}")
 
 
+def _quick_check(path: Path) -> None:
+    """Existence and the GGUF magic, without parsing the file."""
+    if not path.is_file():
+        raise LocalModelError(f"GGUF file {path} does not exist")
+    with open(path, "rb") as fh:
+        magic = fh.read(4)
+    if magic != GGUF_MAGIC:
+        raise LocalModelError(f"{path} is not a GGUF file (it starts with {magic!r}, not {GGUF_MAGIC!r})")
+
+
 def gguf_architecture(path: Path) -> Optional[str]:
     """``general.architecture`` of a GGUF file (None if it cannot be read)."""
     try:
@@ -209,7 +219,7 @@ def _load(path: str, n_ctx: int, n_threads: int, n_gpu_layers: int) -> LlamaCppM
     import llama_cpp
 
     file = Path(path)
-    check_gguf_file(file)
+    _quick_check(file)  # the full check (a few seconds for a large vocabulary) only if llama.cpp fails
     if n_gpu_layers != 0 and not llama_cpp.llama_supports_gpu_offload():
         raise LocalModelError(
             "a GPU was asked for (n_gpu_layers/device), but this llama-cpp-python build has no GPU offload; "
@@ -218,7 +228,8 @@ def _load(path: str, n_ctx: int, n_threads: int, n_gpu_layers: int) -> LlamaCppM
         llm = llama_cpp.Llama(model_path=str(file), n_ctx=n_ctx, n_threads=n_threads, n_threads_batch=n_threads,
                               n_gpu_layers=n_gpu_layers, logits_all=False, verbose=False)
     except ValueError as exc:
-        # The file is well-formed (checked above): llama.cpp does not know its architecture or a part of it.
+        check_gguf_file(file)  # a damaged file is named as such
+        # The file is well-formed: llama.cpp does not know its architecture or a part of it.
         arch = gguf_architecture(file) or "unknown"
         raise ArchitectureUnsupported(
             f"llama.cpp cannot load {file} (architecture {arch!r}): {exc}") from None
@@ -682,7 +693,7 @@ class _ScoreState:
     source: str = ""
 
 
-def f16_copy(path: "str | os.PathLike[str]") -> Path:
+def f16_copy(path: "str | os.PathLike[str]", file_type: Optional[int] = None) -> Path:
     """The float16 re-encoding of a GGUF used for exact scoring, written once by llama.cpp's own
     ``llama_model_quantize`` (every quantized weight de-quantized and stored as float16) under
     ``$TCRAG_CACHE_DIR/gguf-f16/`` (keyed like the transformers copy: path, size, mtime). A file that
@@ -696,7 +707,7 @@ def f16_copy(path: "str | os.PathLike[str]") -> Path:
     from .local import cache_dir
 
     src = Path(path).expanduser().resolve()
-    if _gguf_file_type(src) in (0, 1):  # LLAMA_FTYPE_ALL_F32, LLAMA_FTYPE_MOSTLY_F16
+    if (file_type if file_type is not None else _gguf_file_type(src)) in (0, 1):  # ALL_F32, MOSTLY_F16
         return src
     stat = src.stat()
     key = hashlib.sha256(f"{src}|{stat.st_size}|{stat.st_mtime_ns}".encode()).hexdigest()[:12]
@@ -871,7 +882,8 @@ class LlamaCppScorer:
             if self.precision == "native":
                 state = _ScoreState(weights=lm.llm._model, source=lm.path)
             else:
-                copy = f16_copy(lm.path)
+                ftype = lm.llm.metadata.get("general.file_type")
+                copy = f16_copy(lm.path, int(ftype) if ftype and ftype.isdigit() else None)
                 params = llama_cpp.llama_model_default_params()
                 params.n_gpu_layers = lm.llm.model_params.n_gpu_layers
                 with _quiet_native():
