@@ -362,10 +362,60 @@ def test_speculative_greedy_output_is_the_models_own_on_20_prompts():
     spec = LlamaCppChatModel(model_path=str(QWEN_15), temperature=0.0, kv_cache=False, max_new_tokens=24,
                              draft_model_path=str(QWEN_05), n_draft=4)
     assert len(SPEC_PROMPTS) == 20
+    identical = 0
     for prompt in SPEC_PROMPTS:
         msgs = [HumanMessage(content=prompt)]
-        assert spec.invoke(msgs).content == plain.invoke(msgs).content, prompt
+        a, b = plain.invoke(msgs).content, spec.invoke(msgs).content
+        if a == b:
+            identical += 1
+            continue
+        # Allowed only where float noise flips a near-tie: llama.cpp's batched kernels (verification)
+        # and its one-token kernels (plain decoding) round differently. Check the gap where they part.
+        lm = plain.llama_model
+        ta, tb = lm.tokenize(a, special=False), lm.tokenize(b, special=False)
+        k = next(i for i, (x, y) in enumerate(zip(ta + [-1], tb + [-2])) if x != y)
+        gap = _plain_logit_gap(lm, lm.prompt_ids(msgs), ta[:k], ta[k] if k < len(ta) else None,
+                               tb[k] if k < len(tb) else None)
+        assert gap < NEAR_TIE, (prompt, a, b, gap)
+    print(f"identical greedy replies: {identical}/20")
     stats = spec.speculative_stats
     assert stats.proposed > 0 and 0 < stats.accepted <= stats.proposed
     with pytest.raises(LocalModelError, match="one tokenizer"):
         LlamaCppChatModel(draft_model_path=str(QWEN_05), max_new_tokens=2, temperature=0.0).invoke("hi")
+
+
+#: Logit gap below which batched and one-token kernels may pick different tokens (measured: 0.067
+#: for ' in' vs ' of' after "Scurvy is caused by a deficiency", Qwen2.5-Coder-1.5B Q4_K).
+NEAR_TIE = 0.1
+
+
+def _plain_logit_gap(lm, prompt, prefix, tok_a, tok_b) -> float:
+    """|logit(tok_a) - logit(tok_b)| after prompt + prefix, decoded one token at a time."""
+    import llama_cpp
+    import numpy as np
+
+    # A reply that ended there ended with the end-of-generation token.
+    tok_a = lm.eos_id if tok_a is None else tok_a
+    tok_b = lm.eos_id if tok_b is None else tok_b
+    llm = lm.llm
+    with lm.lock:
+        llm.reset()
+        llm.eval(prompt)
+        for t in prefix:
+            llm.eval([t])
+        row = np.ctypeslib.as_array(llama_cpp.llama_get_logits_ith(llm.ctx, -1), shape=(lm.n_vocab,))
+        return abs(float(row[tok_a]) - float(row[tok_b]))
+
+
+@pytest.mark.slow
+def test_the_cli_live_view_shows_the_reply_as_it_is_written_in_a_terminal_only():
+    args = [sys.executable, "-m", "tcrag_langgraph.faces.cli", "ask", "Which vitamin prevents scurvy?", "--no-tools",
+            "--max-steps", "1", "--max-new-tokens", "24", "--temperature", "0", "--threads", "1"]
+    env = dict(__import__("os").environ)
+    env.pop("FORCE_COLOR", None)
+    piped = subprocess.run(args, capture_output=True, text=True, timeout=300, env={**env, "TTY_COMPATIBLE": "0"})
+    terminal = subprocess.run(args, capture_output=True, text=True, timeout=300, env={**env, "TTY_COMPATIBLE": "1"})
+    assert piped.returncode in (0, 1) and terminal.returncode in (0, 1), terminal.stderr[-2000:]
+    assert "writing:" not in piped.stdout and "Answer:" in piped.stdout
+    # token by token: the transient line is redrawn with a growing reply
+    assert terminal.stdout.count("writing:") >= 3 and "Answer:" in terminal.stdout
