@@ -269,10 +269,14 @@ def ask(
                                          show_default="cpu", rich_help_panel=_MODEL_PANEL),
     dtype: Optional[str] = typer.Option(None, help="Local models only: float32, bfloat16 or float16.",
                                         show_default="float32", rich_help_panel=_MODEL_PANEL),
+    backend: Optional[str] = typer.Option(
+        None, help="Local models only: auto (llama.cpp for a .gguf on the CPU, transformers otherwise), "
+        "llama_cpp or transformers.", show_default="auto", rich_help_panel=_MODEL_PANEL),
     seed: Optional[int] = typer.Option(0, help="Local models only: sampling seed (reproducible runs).",
                                        rich_help_panel=_MODEL_PANEL),
-    threads: Optional[int] = typer.Option(None, min=1, help="CPU threads for a local model (1 is often faster on a "
-                                          "busy machine).", rich_help_panel=_MODEL_PANEL),
+    threads: Optional[int] = typer.Option(None, min=1, help="CPU threads of the local model, torch or llama.cpp "
+                                          "(1 is often faster on a busy machine).",
+                                          rich_help_panel=_MODEL_PANEL),
     tools: bool = typer.Option(True, "--tools/--no-tools", help="Give the agent the medical tools (documents, "
                                "knowledge graph, encyclopedia, medical records).", rich_help_panel=_MODEL_PANEL),
     as_json: bool = typer.Option(False, "--json", help="Print the run's result as JSON instead of the live view.",
@@ -321,9 +325,9 @@ def ask(
     try:
         check_method(method)
         if scripted is not None:
-            if any(v is not None for v in (model, device, dtype, base_url, scorer)):
+            if any(v is not None for v in (model, device, dtype, backend, base_url, scorer)):
                 raise UserError("Invalid option", "--scripted replaces the model and its monitor: do not combine it "
-                                                  "with --model, --device, --dtype, --base-url or --scorer")
+                                                  "with --model, --device, --dtype, --backend, --base-url or --scorer")
             from ..testing import scripted_components
 
             try:
@@ -348,7 +352,8 @@ def ask(
                 tool_list = [es_tool, *(t for t in tool_list if t.name != es_tool.name)]
         else:
             chat = make_generator(model, base_url=base_url, api_key=api_key, device=device, dtype=dtype,
-                                  max_new_tokens=cfg.max_new_tokens, temperature=cfg.temperature, seed=seed)
+                                  max_new_tokens=cfg.max_new_tokens, temperature=cfg.temperature, seed=seed,
+                                  backend=backend, threads=threads)
             state_scorer = make_scorer(scorer, generator=chat, served_model=scorer_model, api_key=api_key,
                                        start_text=scorer_start_text)
             check_sigma(cfg, chat)  # a missing calibration is refused before the model loads
@@ -374,7 +379,14 @@ def ask(
         out.print(f"[bold]{label}[/] metric={cfg.metric} sigma={sigma} "
                   f"max_steps={cfg.max_steps} max_new_tokens={cfg.max_new_tokens} tools={names}", highlight=False)
     final: dict[str, Any] = {}
-    for mode, chunk in graph.stream({"question": question}, stream_mode=["custom", "values"]):
+    writing = _LiveReply(out) if (not as_json and out.is_terminal) else None  # the reply as it is written
+    modes = ["custom", "values", "messages"] if writing is not None else ["custom", "values"]
+    for mode, chunk in graph.stream({"question": question}, stream_mode=modes):
+        if mode == "messages":
+            writing.add(chunk[0])
+            continue
+        if writing is not None:
+            writing.stop()
         if mode == "custom" and isinstance(chunk, dict) and chunk.get("type") == EVENT_NAME:
             if not as_json:
                 _render_event(out, chunk)
@@ -393,6 +405,33 @@ def ask(
                                      "--api-key-env and --scorer)"))
     if result.answer is None:
         raise typer.Exit(1)
+
+
+class _LiveReply:
+    """A transient line under the live view showing the model's reply token by token (terminals only);
+    it disappears when the step's event is printed."""
+
+    def __init__(self, console: Console) -> None:
+        self.console, self.text, self.live = console, "", None
+
+    def add(self, message: Any) -> None:
+        from langchain_core.messages import AIMessageChunk
+        from rich.live import Live
+        from rich.text import Text
+
+        piece = message.content if isinstance(message, AIMessageChunk) and isinstance(message.content, str) else ""
+        if not piece:
+            return
+        self.text += piece
+        if self.live is None:
+            self.live = Live(console=self.console, transient=True, refresh_per_second=12)
+            self.live.start()
+        self.live.update(Text("     writing: " + self.text[-1500:], style="dim"))
+
+    def stop(self) -> None:
+        if self.live is not None:
+            self.live.stop()
+        self.live, self.text = None, ""
 
 
 def _ask_signature() -> inspect.Signature:

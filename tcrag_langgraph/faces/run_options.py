@@ -92,7 +92,8 @@ def _is_provider_name(model: Optional[str]) -> bool:
 
 def make_generator(model: Optional[str], *, base_url: Optional[str] = None, api_key: Optional[str] = None,
                    device: Optional[str] = None, dtype: Optional[str] = None, max_new_tokens: Optional[int] = None,
-                   temperature: Optional[float] = None, seed: Optional[int] = None) -> Any:
+                   temperature: Optional[float] = None, seed: Optional[int] = None, backend: Optional[str] = None,
+                   threads: Optional[int] = None) -> Any:
     """The chat model ``model`` names (see :func:`~tcrag_langgraph.models.local.resolve_chat_model`),
     every problem a :class:`UserError`; nothing is loaded."""
     from ..models.local import DTYPES, LocalChatModel, LocalModelError, resolve_chat_model, validate_device
@@ -113,7 +114,7 @@ def make_generator(model: Optional[str], *, base_url: Optional[str] = None, api_
                                           f"not {base_url!r}")
     try:
         chat = resolve_chat_model(model, max_new_tokens=max_new_tokens, temperature=temperature, device=device,
-                                  dtype=dtype, **served)
+                                  dtype=dtype, backend=backend, **served)
     except ValueError as exc:
         raise UserError("Invalid model", _validation_line(exc)) from None
     except Exception as exc:  # the provider's own client refused to start (e.g. no API key)
@@ -124,6 +125,8 @@ def make_generator(model: Optional[str], *, base_url: Optional[str] = None, api_
         raise UserError("Model error", f"{model}: {type(exc).__name__}: {text}") from None
     if isinstance(chat, LocalChatModel) and seed is not None:
         chat.seed = seed
+    if threads is not None and hasattr(chat, "n_threads"):  # llama.cpp's threads (torch's are set by the caller)
+        chat.n_threads = threads
     return chat
 
 

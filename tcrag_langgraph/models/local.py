@@ -477,7 +477,8 @@ def cut_at_stop(text: str, stops: Sequence[str]) -> str:
 
 def takes_generation_settings(model: Any) -> bool:
     """Whether ``model`` takes ``max_new_tokens`` and ``temperature`` per call (this package's local
-    models); a provider model keeps the settings it was built with."""
+    models: transformers and llama.cpp, ``LlamaCppChatModel`` being a ``LocalChatModel``); a provider
+    model keeps the settings it was built with."""
     return isinstance(model, LocalChatModel)
 
 
@@ -496,6 +497,7 @@ def resolve_chat_model(
     temperature: Optional[float] = None,
     device: Optional[str] = None,
     dtype: Optional[str] = None,
+    backend: Optional[str] = None,
     **provider_kwargs: Any,
 ) -> BaseChatModel:
     """A chat model from what a user gave: nothing, a path, a LangChain model name, or a model.
@@ -512,6 +514,11 @@ def resolve_chat_model(
     ``max_new_tokens`` and ``temperature`` apply to every kind (``max_new_tokens`` is passed to a
     provider as ``max_tokens``); ``device`` and ``dtype`` only to local models (ValueError
     otherwise). ``provider_kwargs`` only to ``"provider:model"``. Anything else is a ValueError.
+
+    ``backend`` (local models): ``"auto"``/``None`` runs a ``.gguf`` file (and the packaged default,
+    a GGUF too) with llama.cpp (:class:`~tcrag_langgraph.models.llama_cpp.LlamaCppChatModel`) on the
+    CPU, and a transformers folder, or any model given a GPU ``device`` or a ``dtype``, with
+    transformers; ``"llama_cpp"`` or ``"transformers"`` chooses.
     A path that does not exist is a ValueError too (nothing is loaded here: loading happens on the
     first call).
 
@@ -525,6 +532,11 @@ def resolve_chat_model(
     """
     local_opts = {k: v for k, v in (("max_new_tokens", max_new_tokens), ("temperature", temperature),
                                      ("device", device), ("dtype", dtype)) if v is not None}
+    if backend is not None and backend not in ("auto", "llama_cpp", "transformers"):
+        raise ValueError(f"unknown backend {backend!r}; use 'auto', 'llama_cpp' or 'transformers'")
+    if backend not in (None, "auto") and (isinstance(spec, BaseChatModel) or (
+            isinstance(spec, str) and not _looks_like_path(spec.strip()))):
+        raise ValueError("backend applies to local models only (a model folder, a .gguf file or the packaged default)")
     if isinstance(spec, BaseChatModel):
         given = [k for k, v in {**local_opts, **provider_kwargs}.items() if v is not None]
         if given:
@@ -535,7 +547,7 @@ def resolve_chat_model(
             raise ValueError(f"options {sorted(provider_kwargs)} only apply to 'provider:model' names")
         if spec is not None:
             _check_model_path(Path(spec))
-        return LocalChatModel(model_path=None if spec is None else str(spec), **local_opts)
+        return _local_chat(None if spec is None else str(spec), backend, local_opts)
     if not isinstance(spec, str) or not spec.strip():
         raise ValueError(f"model must be None, a path, a 'provider:model' string or a chat model, not {spec!r}")
     spec = spec.strip()
@@ -543,7 +555,7 @@ def resolve_chat_model(
         if provider_kwargs:
             raise ValueError(f"options {sorted(provider_kwargs)} only apply to 'provider:model' names")
         _check_model_path(Path(spec))
-        return LocalChatModel(model_path=spec, **local_opts)
+        return _local_chat(spec, backend, local_opts)
     provider, sep, name = spec.partition(":")
     if not sep or not provider or not name:
         raise ValueError(
@@ -563,6 +575,27 @@ def resolve_chat_model(
         raise ValueError(f"model {spec!r}: the LangChain integration for {provider!r} is not installed ({exc})") from exc
     except ValueError as exc:
         raise ValueError(f"model {spec!r} could not be resolved by init_chat_model: {exc}") from exc
+
+
+def _local_chat(path: Optional[str], backend: Optional[str], opts: dict[str, Any]) -> LocalChatModel:
+    """The local chat model for ``path`` (None = packaged GGUF) on the chosen backend (see resolve_chat_model)."""
+    is_gguf = path is None or path.lower().endswith(".gguf")
+    if backend == "llama_cpp":
+        if not is_gguf:
+            raise ValueError(f"the llama_cpp backend runs .gguf files; {path} is a transformers folder")
+        if "dtype" in opts:
+            raise ValueError("dtype does not apply to the llama_cpp backend (the GGUF's own quantization runs)")
+    use_llama = backend == "llama_cpp" or (
+        backend in (None, "auto") and is_gguf and opts.get("device", "cpu") == "cpu" and "dtype" not in opts)
+    if use_llama:
+        from .llama_cpp import LlamaCppChatModel, llama_cpp_available
+
+        if llama_cpp_available():
+            return LlamaCppChatModel(model_path=path, **opts)
+        if backend == "llama_cpp":
+            raise ValueError("the llama_cpp backend needs llama-cpp-python, which cannot be imported here")
+        print("tcrag: llama-cpp-python cannot be imported; running the GGUF with transformers", file=sys.stderr)
+    return LocalChatModel(model_path=path, **opts)
 
 
 def _init_chat_model(spec: str, **kwargs: Any) -> BaseChatModel:

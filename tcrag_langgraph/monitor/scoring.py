@@ -218,6 +218,9 @@ def _hf_pipeline_of(model: Any) -> Any:
 def scorer_for_model(model: Any, **scorer_options: Any) -> StateScorer:
     """The state monitor for a generator: a scorer over the generator's OWN weights.
 
+    * :class:`~tcrag_langgraph.models.llama_cpp.LlamaCppChatModel` (a GGUF run by llama.cpp):
+      :class:`~tcrag_langgraph.models.llama_cpp.LlamaCppScorer` over the same loaded weights
+      (llama.cpp's own logits; the transformers scorer if the model fell back to transformers);
     * :class:`~tcrag_langgraph.models.local.LocalChatModel`: :class:`LocalLMScorer` over its local model,
       loaded lazily on the first score (building a graph loads nothing);
     * langchain-huggingface ``HuggingFacePipeline``, or ``ChatHuggingFace`` over one:
@@ -236,6 +239,10 @@ def scorer_for_model(model: Any, **scorer_options: Any) -> StateScorer:
         >>> isinstance(scorer_for_model(LocalChatModel()), LocalLMScorer)
         True
     """
+    from ..models.llama_cpp import LlamaCppChatModel, LlamaCppScorer  # (a LocalChatModel subclass: first)
+
+    if isinstance(model, LlamaCppChatModel):  # llama.cpp's own logits over the same loaded GGUF
+        return LlamaCppScorer(chat_model=model, **scorer_options)
     if isinstance(model, LocalChatModel):
         return LocalLMScorer(model_loader=lambda: model.local_model, **scorer_options)
     pipe = _hf_pipeline_of(model)

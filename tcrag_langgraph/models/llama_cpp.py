@@ -1,0 +1,934 @@
+"""Native quantized GGUF inference with llama.cpp (llama-cpp-python): chat model, exact scorer, drafts.
+
+transformers runs a GGUF file by de-quantising it to float32 (a 0.5B model becomes 2.5 GB, a 1.5B
+7.1 GB), and CPU decoding is bound by the bytes of weights read per token. llama.cpp runs the
+quantized weights as they are (491 MB / 1.1 GB for the Qwen2.5-Coder GGUFs): 9-20x faster decoding
+here (benchmarks/RESULTS.md, "local backend"). This module gives the same three things as the
+transformers path, over the same file:
+
+* :class:`LlamaCppChatModel`: a LangChain chat model with the per-call ``max_new_tokens``,
+  ``temperature`` and ``stop`` of :class:`~tcrag_langgraph.models.local.LocalChatModel` (it is a
+  subclass, so every place that passes budgets to the local model passes them here too). The prompt
+  is the model's own chat template rendered by transformers' renderer (the function
+  ``apply_chat_template`` uses), with the special-token strings from the GGUF, then tokenized by
+  llama.cpp with special tokens parsed: the token ids of the transformers path.
+* Stack-aligned prefix reuse: llama.cpp keeps the evaluated tokens of the last prompt (``n_past``);
+  a new prompt keeps the longest common token prefix and cuts the rest with llama.cpp's own
+  ``llama_memory_seq_rm``, so a push prefills only the new frame and a pop (Backtrack, Summary)
+  costs a cut (``usage_metadata["input_token_details"]["cache_read"]`` counts the reused tokens).
+* :class:`LlamaCppScorer`: cppl (eq. 2) and uct (eq. 3) from a teacher-forced pass over llama.cpp's
+  own logits (a second context on the same loaded weights, logits requested for exactly the
+  positions that predict the scored tokens), never from the ``echo``/``logprobs`` completion API,
+  whose prompt log-probs are wrong (docs/models.md).
+* Streaming: ``_stream`` yields the reply as it is decoded (stop sequences held back until they can
+  no longer match), so ``stream_mode="messages"`` shows tokens.
+* Speculative decoding (``draft_model_path=``, greedy only): a small model with the same tokenizer
+  proposes ``n_draft`` tokens, the model verifies them in one batch and keeps the longest prefix
+  equal to its own greedy choices, so the output is its own greedy output.
+
+A GGUF whose architecture llama.cpp cannot load falls back to transformers (one line on stderr); a
+truncated or corrupt file is a :class:`~tcrag_langgraph.models.local.LocalModelError` naming it.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import math
+import os
+import sys
+import threading
+from dataclasses import dataclass, field
+from functools import lru_cache
+from pathlib import Path
+from typing import Any, Callable, Iterator, Optional
+
+from langchain_core.callbacks import CallbackManagerForLLMRun
+from langchain_core.messages import AIMessage, AIMessageChunk, BaseMessage
+from langchain_core.outputs import ChatGeneration, ChatGenerationChunk, ChatResult
+from pydantic import Field, PrivateAttr
+
+from .kv_cache import CacheStats
+from .local import LocalChatModel, LocalModelError, _role, default_model_source
+from ..tools.layer.outcome import content_text
+
+__all__ = [
+    "LlamaCppModel",
+    "LlamaCppChatModel",
+    "LlamaCppScorer",
+    "SpeculativeStats",
+    "load_llama_model",
+    "check_gguf_file",
+    "gguf_architecture",
+    "llama_cpp_available",
+    "BACKENDS",
+]
+
+#: Backends of a local model: ``auto`` (llama.cpp for a .gguf on the CPU, transformers otherwise).
+BACKENDS = ("auto", "llama_cpp", "transformers")
+
+GGUF_MAGIC = b"GGUF"
+
+
+def llama_cpp_available() -> bool:
+    """Whether llama-cpp-python can be imported (it is a dependency; a broken build says no)."""
+    try:
+        import llama_cpp  # noqa: F401
+    except Exception:  # noqa: BLE001 - a missing shared library is an OSError, not an ImportError
+        return False
+    return True
+
+
+def check_gguf_file(path: Path) -> None:
+    """A LocalModelError unless ``path`` is a readable GGUF file whose tensor data all lie inside it.
+
+    Uses the ``gguf`` package's reader (metadata and tensor table, memory-mapped): a truncated file, a
+    file that is not GGUF, or a damaged header is named here with what is wrong, before llama.cpp
+    sees it.
+    """
+    if not path.is_file():
+        raise LocalModelError(f"GGUF file {path} does not exist")
+    size = path.stat().st_size
+    with open(path, "rb") as fh:
+        magic = fh.read(4)
+    if magic != GGUF_MAGIC:
+        raise LocalModelError(f"{path} is not a GGUF file (it starts with {magic!r}, not {GGUF_MAGIC!r})")
+    try:
+        from gguf import GGUFReader
+
+        reader = GGUFReader(str(path))
+        end = max((int(t.data_offset) + int(t.n_bytes) for t in reader.tensors), default=0)
+    except Exception as exc:  # noqa: BLE001 - the reader raises many types on a damaged file
+        raise LocalModelError(f"{path} is truncated or corrupt (its GGUF header or tensor table cannot be read: "
+                              f"{type(exc).__name__}: {exc})") from None
+    if end > size:
+        raise LocalModelError(f"{path} is truncated: its tensors need {end} bytes, the file has {size}")
+
+
+def _quick_check(path: Path) -> None:
+    """Existence and the GGUF magic, without parsing the file."""
+    if not path.is_file():
+        raise LocalModelError(f"GGUF file {path} does not exist")
+    with open(path, "rb") as fh:
+        magic = fh.read(4)
+    if magic != GGUF_MAGIC:
+        raise LocalModelError(f"{path} is not a GGUF file (it starts with {magic!r}, not {GGUF_MAGIC!r})")
+
+
+def gguf_architecture(path: Path) -> Optional[str]:
+    """``general.architecture`` of a GGUF file (None if it cannot be read)."""
+    try:
+        from gguf import GGUFReader
+
+        reader = GGUFReader(str(path))
+        fld = reader.fields.get("general.architecture")
+        if fld is None:
+            return None
+        return bytes(fld.parts[fld.data[0]]).decode("utf-8", "replace")
+    except Exception:  # noqa: BLE001
+        return None
+
+
+class ArchitectureUnsupported(LocalModelError):
+    """llama.cpp cannot run this (well-formed) GGUF; transformers may."""
+
+
+@dataclass
+class LlamaCppModel:
+    """A loaded llama.cpp model (weights + a generation context) and what is needed around it.
+
+    ``lock`` serialises every use of the model's contexts. The scorer's weights and contexts live in
+    ``scoring`` (created on first score), so scoring never evicts the generator's cached prompt.
+    """
+
+    llm: Any
+    name: str
+    path: str
+    lock: threading.RLock = field(default_factory=threading.RLock)
+    n_threads: int = 1
+    #: per scoring precision ("f16", "native"): a _ScoreState (weights, context, batch, cached tokens)
+    scoring: dict = field(default_factory=dict)
+    stats: CacheStats = field(default_factory=CacheStats)
+
+    # ----- tokens -----
+    def tokenize(self, text: str, *, special: bool = True) -> list[int]:
+        """Token ids of ``text`` without a BOS; ``special=True`` reads special-token strings as those
+        tokens, as transformers' tokenizers do."""
+        if not text:
+            return []
+        return list(self.llm.tokenize(text.encode("utf-8"), add_bos=False, special=special))
+
+    def detokenize(self, ids: list[int]) -> str:
+        """Text of ``ids`` with special tokens left out (``skip_special_tokens=True``)."""
+        return self.llm.detokenize(list(ids), special=False).decode("utf-8", errors="ignore")
+
+    def token_text(self, token_id: int) -> str:
+        return self.llm._model.token_get_text(token_id)
+
+    def is_eog(self, token_id: int) -> bool:
+        import llama_cpp
+
+        return bool(llama_cpp.llama_vocab_is_eog(self.llm._model.vocab, token_id))
+
+    @property
+    def bos_id(self) -> Optional[int]:
+        value = int(self.llm.token_bos())
+        return None if value < 0 else value
+
+    @property
+    def eos_id(self) -> Optional[int]:
+        value = int(self.llm.token_eos())
+        return None if value < 0 else value
+
+    @property
+    def n_ctx(self) -> int:
+        # llama.cpp may pad the context; llama-cpp-python's token arrays keep the size asked for
+        return min(int(self.llm.n_ctx()), len(self.llm.input_ids))
+
+    @property
+    def n_vocab(self) -> int:
+        return int(self.llm.n_vocab())
+
+    # ----- chat template -----
+    @property
+    def chat_template(self) -> str:
+        template = self.llm.metadata.get("tokenizer.chat_template")
+        if not template:
+            raise LocalModelError(f"{self.path} has no chat template (tokenizer.chat_template) to build a prompt with")
+        return template
+
+    def special_tokens_map(self) -> dict[str, str]:
+        """The special-token strings a template may use, as transformers' ``special_tokens_map``."""
+        out = {}
+        for name, token_id in (("bos_token", self.bos_id), ("eos_token", self.eos_id)):
+            if token_id is not None:
+                out[name] = self.token_text(token_id)
+        return out
+
+    def prompt_ids(self, messages: list[BaseMessage]) -> list[int]:
+        """Token ids of the chat prompt, as ``tokenizer.apply_chat_template(..., add_generation_prompt=True)``."""
+        from transformers.utils.chat_template_utils import render_jinja_template
+
+        chat = [{"role": _role(m), "content": content_text(m.content)} for m in messages]
+        rendered, _ = render_jinja_template(conversations=[chat], chat_template=self.chat_template,
+                                            add_generation_prompt=True, **self.special_tokens_map())
+        return self.tokenize(rendered[0], special=True)
+
+
+@lru_cache(maxsize=4)
+def _load(path: str, n_ctx: int, n_threads: int, n_gpu_layers: int) -> LlamaCppModel:
+    import llama_cpp
+
+    file = Path(path)
+    _quick_check(file)  # the full check (a few seconds for a large vocabulary) only if llama.cpp fails
+    if n_gpu_layers != 0 and not llama_cpp.llama_supports_gpu_offload():
+        raise LocalModelError(
+            "a GPU was asked for (n_gpu_layers/device), but this llama-cpp-python build has no GPU offload; "
+            "rebuild it with CMAKE_ARGS=\"-DGGML_CUDA=on\" (or use device='cpu')")
+    try:
+        llm = llama_cpp.Llama(model_path=str(file), n_ctx=n_ctx, n_threads=n_threads, n_threads_batch=n_threads,
+                              n_gpu_layers=n_gpu_layers, logits_all=False, verbose=False)
+    except ValueError as exc:
+        check_gguf_file(file)  # a damaged file is named as such
+        # The file is well-formed: llama.cpp does not know its architecture or a part of it.
+        arch = gguf_architecture(file) or "unknown"
+        raise ArchitectureUnsupported(
+            f"llama.cpp cannot load {file} (architecture {arch!r}): {exc}") from None
+    name = file.stem
+    return LlamaCppModel(llm=llm, name=name, path=str(file), n_threads=n_threads)
+
+
+def load_llama_model(path: "str | os.PathLike[str] | None" = None, *, n_ctx: int = 8192,
+                     n_threads: Optional[int] = None, n_gpu_layers: int = 0) -> LlamaCppModel:
+    """Load (once per process and option set) a GGUF file with llama.cpp; ``None`` = the packaged SmolLM2.
+
+    ``n_ctx`` is capped at the model's training context. A missing, truncated or corrupt file is a
+    :class:`LocalModelError`; a well-formed file llama.cpp cannot run is :class:`ArchitectureUnsupported`.
+    """
+    if path is None:
+        folder, name = default_model_source()
+        file = folder / name
+    else:
+        file = Path(path).expanduser()
+    if file.suffix.lower() != ".gguf":
+        raise ValueError(f"{file}: the llama_cpp backend runs .gguf files only")
+    if n_ctx < 64:
+        raise ValueError("n_ctx must be at least 64")
+    threads = n_threads if n_threads else default_threads()
+    return _load(str(file.resolve()), int(n_ctx), int(threads), int(n_gpu_layers))
+
+
+def default_threads() -> int:
+    """Threads for llama.cpp when none are given: ``$TCRAG_THREADS`` if set, else the cores this
+    process may run on (on a busy shared machine 1 is often faster: llama.cpp's threads spin-wait)."""
+    env = os.environ.get("TCRAG_THREADS", "").strip()
+    if env:
+        if not env.isdigit() or int(env) < 1:
+            raise ValueError(f"TCRAG_THREADS must be a positive integer, not {env!r}")
+        return int(env)
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # pragma: no cover - not Linux
+        return max(1, os.cpu_count() or 1)
+
+
+def _device_layers(device: Optional[str], n_gpu_layers: Optional[int]) -> int:
+    """Layers to offload: ``n_gpu_layers`` if given, else all (-1) for a GPU device, none for the CPU."""
+    if n_gpu_layers is not None:
+        return int(n_gpu_layers)
+    if device is None or device == "cpu":
+        return 0
+    if device.startswith(("cuda", "gpu", "vulkan", "metal", "mps")):
+        return -1
+    raise ValueError(f"unknown device {device!r} for the llama_cpp backend; use 'cpu' or 'cuda'")
+
+
+# ----- streaming text with stop sequences -----
+def _held_back(text: str, stops: list[str]) -> int:
+    """How many characters at the end of ``text`` could be the start of a stop sequence."""
+    hold = 0
+    for stop in stops:
+        for k in range(min(len(stop) - 1, len(text)), 0, -1):
+            if text.endswith(stop[:k]):
+                hold = max(hold, k)
+                break
+    return hold
+
+
+def _first_stop(text: str, stops: list[str]) -> int:
+    cut = -1
+    for stop in stops:
+        i = text.find(stop)
+        if i != -1 and (cut == -1 or i < cut):
+            cut = i
+    return cut
+
+
+@dataclass
+class SpeculativeStats:
+    """Draft tokens proposed and accepted over a chat model's calls (speculative decoding)."""
+
+    proposed: int = 0
+    accepted: int = 0
+    target_passes: int = 0
+
+    @property
+    def acceptance_rate(self) -> float:
+        return self.accepted / self.proposed if self.proposed else 0.0
+
+    def as_dict(self) -> dict[str, float]:
+        return {"proposed": self.proposed, "accepted": self.accepted, "target_passes": self.target_passes,
+                "acceptance_rate": self.acceptance_rate}
+
+
+class LlamaCppChatModel(LocalChatModel):
+    """A LangChain chat model over a GGUF file run by llama.cpp (quantized weights, no conversion).
+
+    Takes the per-call options of :class:`LocalChatModel` (``max_new_tokens``, ``temperature``,
+    ``stop``) and its fields ``max_new_tokens``, ``temperature``, ``top_p``, ``seed``, ``stop`` and
+    ``kv_cache`` (reuse the cached prompt prefix; ``False`` prefills every prompt from scratch).
+    ``dtype`` does not apply (the file's own quantization runs). ``model_path=None`` is the packaged
+    SmolLM2 GGUF.
+
+    Example:
+        >>> chat = LlamaCppChatModel(max_new_tokens=16, temperature=0.0)  # doctest: +SKIP
+        >>> chat.invoke("Say hi").content  # doctest: +SKIP
+    """
+
+    n_ctx: int = Field(default=8192, ge=64, description="Context length (capped at the model's training context)")
+    n_threads: Optional[int] = Field(default=None, ge=1, description="CPU threads; None = the cores this process may use")
+    n_gpu_layers: Optional[int] = Field(
+        default=None, description="Layers offloaded to a GPU (-1 = all); None = all for a GPU device, none for 'cpu'. "
+        "Needs a llama-cpp-python built with GPU support (tests/test_gpu.py)")
+    draft_model_path: Optional[str] = Field(
+        default=None, description="A smaller GGUF with the same tokenizer for speculative decoding (greedy calls)")
+    n_draft: int = Field(default=4, ge=1, le=32, description="Tokens the draft model proposes per verification pass")
+    fallback_announce: bool = Field(default=True, description="Print the one line saying a GGUF fell back to transformers")
+
+    _llama: Optional[LlamaCppModel] = PrivateAttr(default=None)
+    _draft: Optional[LlamaCppModel] = PrivateAttr(default=None)
+    _fallback: Optional[LocalChatModel] = PrivateAttr(default=None)
+    _fallback_checked: bool = PrivateAttr(default=False)
+    _spec_stats: SpeculativeStats = PrivateAttr(default_factory=SpeculativeStats)
+    _load_lock: threading.Lock = PrivateAttr(default_factory=threading.Lock)
+
+    @property
+    def _llm_type(self) -> str:
+        return "tcrag-llama-cpp"
+
+    @property
+    def _identifying_params(self) -> dict[str, Any]:
+        return {"model_path": self.model_path, "backend": "llama_cpp", "n_ctx": self.n_ctx,
+                "max_new_tokens": self.max_new_tokens, "temperature": self.temperature,
+                "draft_model_path": self.draft_model_path}
+
+    # ----- loading -----
+    def _ensure_loaded(self) -> None:
+        if self._fallback_checked:
+            return
+        with self._load_lock:
+            if self._fallback_checked:
+                return
+            layers = _device_layers(self.device, self.n_gpu_layers)
+            try:
+                self._llama = load_llama_model(self.model_path, n_ctx=self.n_ctx, n_threads=self.n_threads,
+                                               n_gpu_layers=layers)
+            except ArchitectureUnsupported as exc:
+                if self.fallback_announce:
+                    print(f"tcrag: {exc}; running it with transformers instead", file=sys.stderr, flush=True)
+                self._fallback = LocalChatModel(
+                    model_path=self.model_path, device=self.device, dtype=self.dtype, max_new_tokens=self.max_new_tokens,
+                    temperature=self.temperature, top_p=self.top_p, seed=self.seed, stop=self.stop,
+                    kv_cache=self.kv_cache, kv_cache_slots=self.kv_cache_slots)
+            if self._fallback is None and self.draft_model_path is not None:
+                draft = load_llama_model(self.draft_model_path, n_ctx=self.n_ctx, n_threads=self.n_threads,
+                                         n_gpu_layers=layers)
+                if draft.n_vocab != self._llama.n_vocab:
+                    raise LocalModelError(
+                        f"draft model {self.draft_model_path} has {draft.n_vocab} tokens, the model {self._llama.n_vocab}: "
+                        "speculative decoding needs one tokenizer")
+                self._draft = draft
+            self._fallback_checked = True
+
+    @property
+    def backend(self) -> str:
+        """``"llama_cpp"``, or ``"transformers"`` after a fallback (loads the model)."""
+        self._ensure_loaded()
+        return "transformers" if self._fallback is not None else "llama_cpp"
+
+    @property
+    def fallback(self) -> Optional[LocalChatModel]:
+        """The transformers chat model this one fell back to, if llama.cpp could not load the file."""
+        self._ensure_loaded()
+        return self._fallback
+
+    @property
+    def local_model(self):  # type: ignore[override]
+        """The loaded model: a :class:`LlamaCppModel` (or the transformers model after a fallback)."""
+        self._ensure_loaded()
+        if self._fallback is not None:
+            return self._fallback.local_model
+        return self._llama
+
+    @property
+    def llama_model(self) -> LlamaCppModel:
+        """The llama.cpp model (LocalModelError after a fallback to transformers)."""
+        self._ensure_loaded()
+        if self._llama is None:
+            raise LocalModelError(f"{self.model_path} runs with transformers (llama.cpp could not load it)")
+        return self._llama
+
+    @property
+    def kv_pool(self):  # type: ignore[override]
+        raise AttributeError("the llama_cpp backend keeps its prompt cache inside llama.cpp; see kv_cache_stats")
+
+    @property
+    def kv_cache_stats(self) -> dict[str, int]:
+        if self._fallback is not None:
+            return self._fallback.kv_cache_stats
+        return (self._llama.stats if self._llama is not None else CacheStats()).as_dict()
+
+    @property
+    def speculative_stats(self) -> SpeculativeStats:
+        return self._spec_stats
+
+    # ----- LangChain interface -----
+    def _generate(self, messages: list[BaseMessage], stop: Optional[list[str]] = None,
+                  run_manager: Optional[CallbackManagerForLLMRun] = None, **kwargs: Any) -> ChatResult:
+        self._ensure_loaded()
+        if self._fallback is not None:
+            return self._fallback._generate(messages, stop=stop, run_manager=run_manager, **kwargs)
+        pieces = []
+        usage: dict[str, Any] = {}
+        for piece, done in self._pieces(messages, stop=stop, **kwargs):
+            if done is not None:
+                usage = done
+            else:
+                pieces.append(piece)
+        msg = AIMessage(content="".join(pieces), usage_metadata=usage,
+                        response_metadata={"model_name": self._llama.name, "backend": "llama_cpp"})
+        return ChatResult(generations=[ChatGeneration(message=msg)])
+
+    def _stream(self, messages: list[BaseMessage], stop: Optional[list[str]] = None,
+                run_manager: Optional[CallbackManagerForLLMRun] = None, **kwargs: Any) -> Iterator[ChatGenerationChunk]:
+        self._ensure_loaded()
+        if self._fallback is not None:
+            yield from self._fallback._stream(messages, stop=stop, run_manager=run_manager, **kwargs)
+            return
+        for piece, done in self._pieces(messages, stop=stop, **kwargs):
+            if done is not None:
+                chunk = ChatGenerationChunk(message=AIMessageChunk(
+                    content="", usage_metadata=done,
+                    response_metadata={"model_name": self._llama.name, "backend": "llama_cpp"}))
+            else:
+                chunk = ChatGenerationChunk(message=AIMessageChunk(content=piece))
+                if run_manager:
+                    run_manager.on_llm_new_token(piece, chunk=chunk)
+            yield chunk
+
+    # ----- generation -----
+    def _pieces(self, messages: list[BaseMessage], *, stop: Optional[list[str]], **kwargs: Any):
+        """Yield ``(text, None)`` pieces of the reply as they are decoded, then ``("", usage)``.
+
+        The pieces join to exactly what ``invoke`` returns: the reply cut at the first stop sequence
+        and stripped (text that may still become a stop sequence, and trailing whitespace, are held
+        back until they cannot)."""
+        lm = self._llama
+        stops = [s for s in (stop or self.stop or []) if s]
+        max_new = int(kwargs.get("max_new_tokens", self.max_new_tokens))
+        temperature = float(kwargs.get("temperature", self.temperature))
+        if max_new < 1:
+            raise ValueError("max_new_tokens must be at least 1")
+        prompt = lm.prompt_ids(messages)
+        if len(prompt) + max_new > lm.n_ctx:
+            raise ValueError(
+                f"prompt of {len(prompt)} tokens + {max_new} new tokens exceeds the context of {lm.n_ctx} tokens "
+                "(LlamaCppChatModel(n_ctx=...) sets it, up to the model's training context)")
+        emitted = ""
+        new_ids: list[int] = []
+        with lm.lock:
+            llm = lm.llm
+            if self.seed is not None:
+                llm.set_seed(self.seed + self._calls)
+            self._calls += 1
+            if not self.kv_cache:
+                llm.reset()
+            reused = _reusable_prefix(llm, prompt)
+            lm.stats.calls += 1
+            lm.stats.prompt_tokens += len(prompt)
+            lm.stats.reused_tokens += reused
+            use_draft = self._draft is not None and temperature == 0
+            tokens = (self._speculative_tokens(prompt) if use_draft
+                      else self._plain_tokens(prompt, temperature))
+            try:
+                for token in tokens:
+                    if lm.is_eog(token):
+                        break
+                    new_ids.append(token)
+                    text = lm.detokenize(new_ids)
+                    cut = _first_stop(text, stops)
+                    final = cut != -1 or len(new_ids) >= max_new
+                    visible = text[:cut] if cut != -1 else text
+                    if not final:
+                        visible = visible[: len(visible) - _held_back(visible, stops)]
+                    visible = visible.lstrip().rstrip() if not final else visible.strip()
+                    if visible.startswith(emitted) and len(visible) > len(emitted):
+                        yield visible[len(emitted):], None
+                        emitted = visible
+                    if final:
+                        break
+            finally:
+                close = getattr(tokens, "close", None)
+                if close is not None:
+                    close()
+            # The reply may end without a final check (end-of-generation token): emit what is held back.
+            text = lm.detokenize(new_ids)
+            cut = _first_stop(text, stops)
+            final_text = (text[:cut] if cut != -1 else text).strip()
+            if final_text.startswith(emitted) and len(final_text) > len(emitted):
+                yield final_text[len(emitted):], None
+        usage = {"input_tokens": len(prompt), "output_tokens": len(new_ids), "total_tokens": len(prompt) + len(new_ids),
+                 "input_token_details": {"cache_read": int(reused)}}
+        yield "", usage
+
+    def _plain_tokens(self, prompt: list[int], temperature: float) -> Iterator[int]:
+        llm = self._llama.llm
+        if temperature > 0:
+            # top_p as the transformers path; llama.cpp's extra top_k / min_p filters off
+            return llm.generate(prompt, temp=temperature, top_p=self.top_p, top_k=0, min_p=0.0,
+                                repeat_penalty=1.0, reset=True)
+        return llm.generate(prompt, temp=0.0, repeat_penalty=1.0, reset=True)
+
+    def _speculative_tokens(self, prompt: list[int]) -> Iterator[int]:
+        """Greedy decoding of the model, with drafts from the draft model verified in one pass each."""
+        return speculative_greedy(self._llama, self._draft, prompt, n_draft=self.n_draft, stats=self._spec_stats)
+
+
+def _reusable_prefix(llm: Any, prompt: list[int]) -> int:
+    """Prompt tokens llama-cpp-python's ``generate`` will take from the cache (its own rule: the longest
+    common prefix with the evaluated tokens, one less when the whole prompt matches, so the last
+    prompt token is evaluated again to give the next-token logits)."""
+    n = int(llm.n_tokens)
+    if n == 0:
+        return 0
+    cached = llm.input_ids[:n]
+    k = 0
+    for a, b in zip(cached, prompt):
+        if int(a) != b:
+            break
+        k += 1
+    return k - 1 if k == len(prompt) else k
+
+
+# ----- low-level batches: logits at chosen positions -----
+def _decode(ctx: Any, batch: Any, ids: list[int], start_pos: int, want: Callable[[int], bool]) -> list[int]:
+    """Decode ``ids`` at positions ``start_pos..`` in sequence 0, asking for logits where ``want(pos)``;
+    returns the batch indices that have logits (for ``llama_get_logits_ith``)."""
+    import llama_cpp
+
+    b = batch.batch
+    b.n_tokens = len(ids)
+    rows = []
+    for i, tok in enumerate(ids):
+        b.token[i] = tok
+        b.pos[i] = start_pos + i
+        b.seq_id[i][0] = 0
+        b.n_seq_id[i] = 1
+        flag = bool(want(start_pos + i))
+        b.logits[i] = flag
+        if flag:
+            rows.append(i)
+    rc = llama_cpp.llama_decode(ctx.ctx, b)
+    if rc != 0:
+        raise RuntimeError(f"llama_decode returned {rc}")
+    return rows
+
+
+def _logits_row(ctx: Any, i: int, n_vocab: int):
+    import numpy as np
+    import llama_cpp
+
+    ptr = llama_cpp.llama_get_logits_ith(ctx.ctx, i)
+    return np.ctypeslib.as_array(ptr, shape=(n_vocab,)).copy()
+
+
+def _log_softmax_at(row, target: int) -> float:
+    import numpy as np
+
+    x = row.astype(np.float64)
+    m = x.max()
+    return float(x[target] - m - math.log(np.exp(x - m).sum()))
+
+
+def speculative_greedy(target: LlamaCppModel, draft: LlamaCppModel, prompt: list[int], *, n_draft: int,
+                       stats: Optional[SpeculativeStats] = None) -> Iterator[int]:
+    """Yield the target model's greedy continuation of ``prompt``, using ``draft`` to propose tokens.
+
+    Each round the draft proposes up to ``n_draft`` tokens greedily; the target evaluates the last
+    accepted token plus the proposals in one batch with logits at every position, accepts proposals
+    while they equal its own argmax, and adds its own token at the first disagreement (or after the
+    last proposal). The target's cache (``n_tokens``/``input_ids`` of llama-cpp-python) is kept
+    consistent, so prefix reuse works across calls as with plain decoding. Call with both locks held.
+    """
+    import numpy as np
+
+    tl, dl = target.llm, draft.llm
+    n_vocab = target.n_vocab
+    stats = stats if stats is not None else SpeculativeStats()
+    batch = tl._batch  # llama-cpp-python's own batch of n_batch tokens
+    # Prefill the prompt with prefix reuse (llama-cpp-python's rule), logits for its last token only.
+    reuse = _reusable_prefix(tl, prompt)
+    tl._ctx.kv_cache_seq_rm(-1, reuse, -1)
+    tl.n_tokens = reuse
+    rest = prompt[reuse:]
+    row = None
+    for i in range(0, len(rest), tl.n_batch):
+        part = rest[i:i + tl.n_batch]
+        last_pos = len(prompt) - 1
+        rows = _decode(tl._ctx, batch, part, tl.n_tokens, lambda p: p == last_pos)
+        tl.input_ids[tl.n_tokens:tl.n_tokens + len(part)] = part
+        tl.n_tokens += len(part)
+        if rows:
+            row = _logits_row(tl._ctx, rows[-1], n_vocab)
+    stats.target_passes += 1
+    next_tok = int(np.argmax(row))
+    seq = list(prompt)  # evaluated by the target: seq[:tl.n_tokens]
+    while True:
+        yield next_tok
+        seq.append(next_tok)
+        # The draft proposes after seq (its own prefix cache, greedy).
+        proposal: list[int] = []
+        room = target.n_ctx - len(seq) - 1
+        k = max(0, min(n_draft, room))
+        if k:
+            gen = dl.generate(seq, temp=0.0, repeat_penalty=1.0, reset=True)
+            try:
+                for tok in gen:
+                    proposal.append(int(tok))
+                    if len(proposal) >= k or draft.is_eog(tok):
+                        break
+            finally:
+                gen.close()
+        stats.proposed += len(proposal)
+        # Verify: the target evaluates next_tok + proposals, logits at every one of these positions.
+        ids = [next_tok] + proposal
+        start = tl.n_tokens
+        rows = _decode(tl._ctx, batch, ids, start, lambda p: True)
+        tl.input_ids[start:start + len(ids)] = ids
+        tl.n_tokens = start + len(ids)
+        stats.target_passes += 1
+        accepted = 0
+        choice = None
+        for j, r in enumerate(rows):
+            best = int(np.argmax(_logits_row(tl._ctx, r, n_vocab)))
+            if j < len(proposal) and best == proposal[j]:
+                accepted += 1
+                continue
+            choice = best
+            break
+        stats.accepted += accepted
+        for tok in proposal[:accepted]:
+            yield tok
+            seq.append(tok)
+        # Drop the rejected proposals from the target's cache.
+        keep = start + 1 + accepted
+        if keep < tl.n_tokens:
+            tl._ctx.kv_cache_seq_rm(-1, keep, -1)
+            tl.n_tokens = keep
+        tl._requires_eval = True  # the logits llama-cpp-python holds are not those of its last token
+        next_tok = choice
+
+
+# ----- the scorer -----
+#: Scoring precisions of :class:`LlamaCppScorer`.
+PRECISIONS = ("f16", "native")
+
+
+@dataclass
+class _ScoreState:
+    weights: Any  # llama_cpp._internals.LlamaModel
+    ctx: Any = None
+    batch: Any = None
+    n_ctx: int = 0
+    tokens: list[int] = field(default_factory=list)
+    source: str = ""
+
+
+def f16_copy(path: "str | os.PathLike[str]", file_type: Optional[int] = None) -> Path:
+    """The float16 re-encoding of a GGUF used for exact scoring, written once by llama.cpp's own
+    ``llama_model_quantize`` (every quantized weight de-quantized and stored as float16) under
+    ``$TCRAG_CACHE_DIR/gguf-f16/`` (keyed like the transformers copy: path, size, mtime). A file that
+    is already float16/float32 is returned as it is."""
+    import ctypes as _ct
+    import hashlib
+    import tempfile
+
+    import llama_cpp
+
+    from .local import cache_dir
+
+    src = Path(path).expanduser().resolve()
+    if (file_type if file_type is not None else _gguf_file_type(src)) in (0, 1):  # ALL_F32, MOSTLY_F16
+        return src
+    stat = src.stat()
+    key = hashlib.sha256(f"{src}|{stat.st_size}|{stat.st_mtime_ns}".encode()).hexdigest()[:12]
+    target = cache_dir() / "gguf-f16" / f"{src.stem}-{key}.f16.gguf"
+    if target.is_file():
+        return target
+    target.parent.mkdir(parents=True, exist_ok=True)
+    print(f"tcrag: writing a float16 copy of {src.name} for exact state values at {target} (first use only; "
+          "~3 s for 135M parameters, ~10 s for 0.5B)", file=sys.stderr, flush=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}-", dir=target.parent)
+    os.close(fd)
+    try:
+        params = llama_cpp.llama_model_quantize_default_params()
+        params.ftype = llama_cpp.LLAMA_FTYPE_MOSTLY_F16
+        params.allow_requantize = True
+        params.pure = True
+        params.nthread = default_threads()
+        with _quiet_native():
+            rc = llama_cpp.llama_model_quantize(str(src).encode(), tmp.encode(), _ct.byref(params))
+        if rc != 0:
+            raise LocalModelError(f"llama.cpp could not write a float16 copy of {src} (code {rc})")
+        os.replace(tmp, target)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+    return target
+
+
+def _gguf_file_type(path: Path) -> Optional[int]:
+    try:
+        from gguf import GGUFReader
+
+        fld = GGUFReader(str(path)).fields.get("general.file_type")
+        return None if fld is None else int(fld.parts[-1][0])
+    except Exception:  # noqa: BLE001
+        return None
+
+
+class _quiet_native:
+    """Silence llama.cpp's own prints (C-level stdout/stderr) for a block."""
+
+    def __enter__(self):
+        from llama_cpp._utils import suppress_stdout_stderr
+
+        self._inner = suppress_stdout_stderr(disable=False)
+        return self._inner.__enter__()
+
+    def __exit__(self, *exc):
+        return self._inner.__exit__(*exc)
+
+
+class LlamaCppScorer:
+    """cppl / uct from llama.cpp's own logits over a GGUF: the scorer interface of
+    :class:`~tcrag_langgraph.monitor.scoring.LocalLMScorer` (``score``, ``token_logprobs``).
+
+    The token sequence is that of ``LocalLMScorer``: a start token (the GGUF's BOS, else its EOS),
+    ``context + "\\n"`` and ``text``, each tokenized on its own; one teacher-forced pass with logits
+    for exactly the positions that predict the text's tokens, log-softmax in float64; a float32 KV
+    cache and no flash attention (both change values measurably). The scoring context keeps the last
+    sequence: the next score with the same User_Query evaluates only the new text.
+
+    ``precision``:
+
+    * ``"f16"`` (default, exact): the pass runs over a float16 re-encoding of the same GGUF
+      (:func:`f16_copy`, written once): the same weight values, activations in float16/float32.
+      Agrees with the transformers float32 reference within 0.6 % (cppl) / 0.4 % (uct) on 50 pairs
+      (Qwen2.5-Coder-0.5B; tests/test_llama_cpp.py checks the packaged SmolLM2). Costs the F16
+      file's memory while scoring (0.27 GB for 135M, 1.3 GB for 0.5B, ~3.1 GB for 1.5B).
+    * ``"native"``: the pass runs over the generator's quantized weights (no extra memory). llama.cpp
+      then quantizes activations to 8 bits inside every matmul, and tokens with very large
+      activations (Qwen's ``<|endoftext|>`` start token, an attention sink) come out wrong: cppl off
+      by up to 100 % against the reference (docs/models.md). Not for a calibrated sigma.
+
+    Args:
+        model_loader: called once, on first use, for the :class:`LlamaCppModel` (tokenizer, and the
+            weights in ``"native"`` precision).
+        model_path: a GGUF file instead (``None`` and no loader: the packaged SmolLM2).
+        chat_model: a :class:`LlamaCppChatModel` whose model to use (and whose transformers fallback).
+        uct_given_query, max_tokens: as ``LocalLMScorer``; ``prefix_cache=0`` evaluates every time.
+    """
+
+    def __init__(self, model_loader: Optional[Callable[[], LlamaCppModel]] = None, *, model_path: Optional[str] = None,
+                 chat_model: Optional["LlamaCppChatModel"] = None, n_threads: Optional[int] = None,
+                 precision: str = "f16", uct_given_query: bool = False, max_tokens: int = 4096,
+                 prefix_cache: int = 1) -> None:
+        if max_tokens < 8:
+            raise ValueError("max_tokens must be at least 8")
+        if precision not in PRECISIONS:
+            raise ValueError(f"unknown precision {precision!r}; use one of {', '.join(PRECISIONS)}")
+        if sum(x is not None for x in (model_loader, model_path, chat_model)) > 1:
+            raise ValueError("give at most one of model_loader, model_path and chat_model")
+        if chat_model is not None:
+            model_loader = lambda: chat_model.llama_model  # noqa: E731
+        self._chat_model = chat_model
+        self._delegate: Any = None
+        self._loader = model_loader
+        self._model_path = model_path
+        self._n_threads = n_threads
+        self._lm: Optional[LlamaCppModel] = None
+        self._load_lock = threading.Lock()
+        self.precision = precision
+        self.uct_given_query = uct_given_query
+        self.max_tokens = max_tokens
+        self.reuse_prefix = prefix_cache > 0
+        self.evaluated_tokens = 0
+
+    @property
+    def local_model(self) -> LlamaCppModel:
+        if self._lm is None:
+            with self._load_lock:
+                if self._lm is None:
+                    self._lm = self._loader() if self._loader is not None else load_llama_model(
+                        self._model_path, n_threads=self._n_threads)
+        return self._lm
+
+    def _transformers_delegate(self) -> Any:
+        """After the chat model fell back to transformers: a LocalLMScorer over ITS weights (else None)."""
+        chat = self._chat_model
+        if chat is None or self._delegate is not None or chat.backend != "transformers":
+            return self._delegate
+        from ..monitor.scoring import LocalLMScorer
+
+        self._delegate = LocalLMScorer(model_loader=lambda: chat.fallback.local_model,
+                                       uct_given_query=self.uct_given_query, max_tokens=self.max_tokens)
+        return self._delegate
+
+    def score(self, query: str, text: str, *, metric: str) -> float:
+        from ..monitor.scoring import token_logprobs_to_metric
+
+        if metric not in ("cppl", "uct"):
+            raise ValueError(f"unknown metric {metric!r}; use 'cppl' or 'uct'")
+        context = query if (metric == "cppl" or self.uct_given_query) else ""
+        return token_logprobs_to_metric(self.token_logprobs(context, text), metric)  # type: ignore[arg-type]
+
+    def _start_ids(self) -> list[int]:
+        lm = self.local_model
+        for token_id in (lm.bos_id, lm.eos_id):
+            if token_id is not None:
+                return [token_id]
+        return []
+
+    def token_logprobs(self, context: str, text: str) -> list[float]:
+        """log P of each token of ``text`` given ``context`` and the text before it (one pass)."""
+        delegate = self._transformers_delegate()
+        if delegate is not None:
+            return delegate.token_logprobs(context, text)
+        lm = self.local_model
+        text_ids = lm.tokenize(text, special=True)
+        if not text_ids:
+            raise ValueError("nothing to score: the text has no tokens")
+        ctx_ids = lm.tokenize(context + "\n", special=True) if context else []
+        start_ids = self._start_ids()
+        budget = self.max_tokens - len(start_ids)
+        text_ids = text_ids[: max(1, budget - 1)]
+        ctx_room = budget - len(text_ids)
+        ctx_ids = ctx_ids[-ctx_room:] if ctx_room > 0 else []
+        ids = start_ids + ctx_ids + text_ids
+        first = max(1, len(start_ids) + len(ctx_ids))
+        if first >= len(ids):
+            raise ValueError("nothing to score: the text is a single token with no context")
+        with lm.lock:
+            rows = self._logits(lm, ids, first)
+        return [_log_softmax_at(row, ids[first + j]) for j, row in enumerate(rows)]
+
+    def _state(self, lm: LlamaCppModel, need: int) -> _ScoreState:
+        """The scoring weights and a context of at least ``need`` tokens (created on first use)."""
+        import llama_cpp
+        import llama_cpp._internals as internals
+
+        state = lm.scoring.get(self.precision)
+        if state is None:
+            if self.precision == "native":
+                state = _ScoreState(weights=lm.llm._model, source=lm.path)
+            else:
+                ftype = lm.llm.metadata.get("general.file_type")
+                copy = f16_copy(lm.path, int(ftype) if ftype and ftype.isdigit() else None)
+                params = llama_cpp.llama_model_default_params()
+                params.n_gpu_layers = lm.llm.model_params.n_gpu_layers
+                with _quiet_native():
+                    weights = internals.LlamaModel(path_model=str(copy), params=params, verbose=False)
+                state = _ScoreState(weights=weights, source=str(copy))
+            lm.scoring[self.precision] = state
+        if state.ctx is None or state.n_ctx < need:
+            n_ctx = max(self.max_tokens, need)
+            params = llama_cpp.llama_context_default_params()
+            params.n_ctx = n_ctx
+            params.n_batch = min(512, n_ctx)
+            params.n_ubatch = params.n_batch
+            params.n_threads = lm.n_threads
+            params.n_threads_batch = lm.n_threads
+            params.type_k = llama_cpp.GGML_TYPE_F32
+            params.type_v = llama_cpp.GGML_TYPE_F32
+            params.flash_attn_type = llama_cpp.LLAMA_FLASH_ATTN_TYPE_DISABLED
+            with _quiet_native():
+                state.ctx = internals.LlamaContext(model=state.weights, params=params, verbose=False)
+            state.batch = internals.LlamaBatch(n_tokens=params.n_batch, embd=0, n_seq_max=1, verbose=False)
+            state.tokens = []
+            state.n_ctx = n_ctx
+        return state
+
+    def _logits(self, lm: LlamaCppModel, ids: list[int], first: int):
+        """Logits at positions ``first-1 .. len(ids)-2`` from the scoring context. Call with the lock held."""
+        need = len(ids) - 1  # the last token predicts nothing scored: it is never evaluated
+        state = self._state(lm, need)
+        # Reuse the cached prefix, but evaluate position first-1 again: its logits are needed.
+        keep = 0
+        if self.reuse_prefix:
+            for a, b in zip(state.tokens, ids[:first - 1]):
+                if a != b:
+                    break
+                keep += 1
+        state.ctx.kv_cache_seq_rm(-1, keep, -1)
+        state.tokens = state.tokens[:keep]
+        todo = ids[keep:need]
+        n_vocab = lm.n_vocab
+        rows = []
+        step = state.batch._n_tokens
+        for i in range(0, len(todo), step):
+            part = todo[i:i + step]
+            got = _decode(state.ctx, state.batch, part, keep + i, lambda p: p >= first - 1)
+            rows.extend(_logits_row(state.ctx, r, n_vocab) for r in got)
+            state.tokens.extend(part)
+        self.evaluated_tokens += len(todo)
+        return rows
