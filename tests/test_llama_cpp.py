@@ -280,10 +280,10 @@ def test_truncated_and_corrupt_files_are_clear_errors_not_crashes(tmp_path):
         model = resolve_chat_model(str(path))
         with pytest.raises(LocalModelError, match=message):
             model.invoke("hi")
-    # The command line says so and exits 1 (no traceback, no crash).
+    # The command line says so in one line and exits 2, like every user error (no traceback, no crash).
     out = subprocess.run([sys.executable, "-m", "tcrag_langgraph.faces.cli", "ask", "What is scurvy?",
                           "--model", str(truncated), "--no-tools"], capture_output=True, text=True, timeout=300)
-    assert out.returncode == 1, out.stderr[-2000:]
+    assert out.returncode == 2, out.stderr[-2000:]
     assert "truncated" in out.stderr and "Traceback" not in out.stderr
 
 
