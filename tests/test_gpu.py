@@ -98,7 +98,8 @@ def test_llama_cpp_offloads_layers_and_scores_like_the_cpu(tmp_path):
     same GGUF; generation with prefix reuse equals generation without."""
     if not _llama_cpp_gpu():
         pytest.skip("needs llama-cpp-python built with GPU support and a GPU")
-    from tcrag_langgraph.models.llama_cpp import LlamaCppChatModel, LlamaCppScorer, load_llama_model
+    from tcrag_langgraph.models.llama_cpp import LlamaCppChatModel, load_llama_model
+    from tcrag_langgraph.monitor.llama_cpp import LlamaCppScorer
 
     gpu_chat = LlamaCppChatModel(device="cuda", max_new_tokens=12, temperature=0.0)
     cpu = load_llama_model(None, n_gpu_layers=0)

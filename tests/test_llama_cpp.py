@@ -20,7 +20,6 @@ from langchain_core.messages import AIMessage, HumanMessage, SystemMessage
 
 from tcrag_langgraph.models.llama_cpp import (
     LlamaCppChatModel,
-    LlamaCppScorer,
     check_gguf_file,
     load_llama_model,
 )
@@ -31,6 +30,7 @@ from tcrag_langgraph.models.local import (
     resolve_chat_model,
     takes_generation_settings,
 )
+from tcrag_langgraph.monitor.llama_cpp import LlamaCppScorer
 from tcrag_langgraph.monitor.scoring import LocalLMScorer, scorer_for_model
 
 STOPS = ["\nObservation:", "\nThought:", "\nConclusion:"]

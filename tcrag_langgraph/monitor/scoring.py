@@ -219,7 +219,7 @@ def scorer_for_model(model: Any, **scorer_options: Any) -> StateScorer:
     """The state monitor for a generator: a scorer over the generator's OWN weights.
 
     * :class:`~tcrag_langgraph.models.llama_cpp.LlamaCppChatModel` (a GGUF run by llama.cpp):
-      :class:`~tcrag_langgraph.models.llama_cpp.LlamaCppScorer` over the same loaded weights
+      :class:`~tcrag_langgraph.monitor.llama_cpp.LlamaCppScorer` over the same loaded weights
       (llama.cpp's own logits; the transformers scorer if the model fell back to transformers);
     * :class:`~tcrag_langgraph.models.local.LocalChatModel`: :class:`LocalLMScorer` over its local model,
       loaded lazily on the first score (building a graph loads nothing);
@@ -239,7 +239,8 @@ def scorer_for_model(model: Any, **scorer_options: Any) -> StateScorer:
         >>> isinstance(scorer_for_model(LocalChatModel()), LocalLMScorer)
         True
     """
-    from ..models.llama_cpp import LlamaCppChatModel, LlamaCppScorer  # (a LocalChatModel subclass: first)
+    from ..models.llama_cpp import LlamaCppChatModel  # (a LocalChatModel subclass: first)
+    from .llama_cpp import LlamaCppScorer
 
     if isinstance(model, LlamaCppChatModel):  # llama.cpp's own logits over the same loaded GGUF
         return LlamaCppScorer(chat_model=model, **scorer_options)
