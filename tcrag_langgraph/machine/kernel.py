@@ -203,45 +203,22 @@ class RunKernel:
             raise RunFailure("scorer_error", "MonitorUnavailableError: this run turned the state monitor on, but "
                              "the graph was built without one (its config had enable_state_monitor=False and no "
                              "scorer=): build it with a scorer to monitor runs")
-        try:
-            if hasattr(self.scorer, "score"):
-                value = float(self.scorer.score(context, text, metric=metric))
-            else:
-                value = float(self.scorer(context, text, metric=metric))
-        except Exception as exc:
-            raise RunFailure("scorer_error", f"{type(exc).__name__}: {exc}") from exc
-        if not math.isfinite(value):  # NaN or infinity never passes or fails a threshold meaningfully
-            raise RunFailure("scorer_error", f"ValueError: the scorer returned {value}")
-        return value
+        if hasattr(self.scorer, "score"):
+            return _monitor_value(lambda: self.scorer.score(context, text, metric=metric))
+        return _monitor_value(lambda: self.scorer(context, text, metric=metric))
 
     def score_given(self, context: str, text: str, *, metric: str) -> float:
         """eq. 2 / eq. 3 (``metric`` cppl / uct) of ``text`` conditioned on all of ``context``, from the
         scorer's token log-probs (a scorer's own ``score`` may leave the context out of uct, as eq. 3
         does); a failure or a value that is not finite raises ``RunFailure("scorer_error")``."""
-        try:
-            value = token_logprobs_to_metric(self.token_logprobs(context, text), metric)
-        except RunFailure:
-            raise
-        except Exception as exc:
-            raise RunFailure("scorer_error", f"{type(exc).__name__}: {exc}") from exc
-        if not math.isfinite(value):
-            raise RunFailure("scorer_error", f"ValueError: the scorer returned {value}")
-        return value
+        return _monitor_value(lambda: token_logprobs_to_metric(self.token_logprobs(context, text), metric))
 
     def score_choice(self, context: str, chosen: str, choices: Sequence[str]) -> float:
         """``answer_prob``: 1 - the normalised probability of ``chosen`` among ``choices`` given
         ``context`` (:func:`~tcrag_langgraph.monitor.state_values.choice_value`), from the scorer's
         token log-probs of each ``Conclusion: <choice>``; a failure raises ``RunFailure("scorer_error")``."""
-        try:
-            sums = {choice: sum(self.token_logprobs(context, f"Conclusion: {choice}")) for choice in choices}
-            value = choice_value(sums, chosen)
-        except RunFailure:
-            raise
-        except Exception as exc:
-            raise RunFailure("scorer_error", f"{type(exc).__name__}: {exc}") from exc
-        if not math.isfinite(value):
-            raise RunFailure("scorer_error", f"ValueError: the answer probability is {value}")
-        return value
+        return _monitor_value(lambda: choice_value(
+            {choice: sum(self.token_logprobs(context, f"Conclusion: {choice}")) for choice in choices}, chosen))
 
     def token_logprobs(self, context: str, text: str) -> list[float]:
         """Log-probabilities of the tokens of ``text`` given ``context`` (finite), from the scorer."""
@@ -344,6 +321,21 @@ class RunKernel:
         run.__annotations__ = {"state": hints.get("state", Any), "config": RunnableConfig, "runtime": Runtime,
                                "return": hints.get("return", Command)}
         return run
+
+
+def _monitor_value(compute: Callable[[], float]) -> float:
+    """One home for the monitor's failure rule: an error while computing a state value, or a value
+    that is not finite (NaN or infinity never passes or fails a threshold meaningfully), raises
+    ``RunFailure("scorer_error")``."""
+    try:
+        value = float(compute())
+    except RunFailure:
+        raise
+    except Exception as exc:
+        raise RunFailure("scorer_error", f"{type(exc).__name__}: {exc}") from exc
+    if not math.isfinite(value):
+        raise RunFailure("scorer_error", f"ValueError: the scorer returned {value}")
+    return value
 
 
 @dataclass(frozen=True)
