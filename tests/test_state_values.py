@@ -67,9 +67,26 @@ def test_choice_value_and_its_bounds():
 
 
 def test_answer_prob_needs_a_list_of_choices_and_every_value_has_a_default_sigma():
+    from pydantic import BaseModel
+
+    class Letters(BaseModel):
+        letters: list[str]
+
     with pytest.raises(ValueError, match="answer_format"):
-        TCRAGConfig(metric="answer_prob")
-    TCRAGConfig(metric="answer_prob", enable_state_monitor=False)  # not used: nothing to check
+        TCRAGConfig(metric="answer_prob", answer_format=Letters)
+    TCRAGConfig(metric="answer_prob", enable_state_monitor=False, answer_format=Letters)  # not used: no check
+    # no format at build time: a run may bring one in its context (tcrag eval does); without one it halts
+    out = build_graph(model=recording_model(["Conclusion: yes"]), tools=[doc_rag], scorer=ScriptedScorer(),
+                      config=TCRAGConfig(metric="answer_prob", max_steps=3)).invoke({"question": QUESTION})
+    assert out["halt_reason"] == "scorer_error" and "allowed answers" in out["error"]
+    class PrefersYes(ScriptedScorer):
+        def token_logprobs(self, context, text):
+            return [-0.1] if text.endswith("yes") else [-3.0]
+
+    with_context = build_graph(model=recording_model(["Conclusion: yes"]), tools=[doc_rag], scorer=PrefersYes(),
+                               config=TCRAGConfig(metric="answer_prob", max_steps=3)).invoke(
+        {"question": QUESTION}, context={"answer_format": ["yes", "no"]})
+    assert with_context["halt_reason"] == "validated" and with_context["structured_answer"] == "yes"
     assert TCRAGConfig(metric="answer_prob", answer_format=["yes", "no"]).effective_sigma == 0.5
     assert set(DEFAULT_SIGMA) == set(STATE_VALUES)
     for metric in STATE_VALUES:  # the calibration store keeps a sigma for each

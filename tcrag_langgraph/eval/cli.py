@@ -171,19 +171,49 @@ def resolve_scorer(spec: str, model: Any, *, served_model: Optional[str] = None,
     return load_factory(spec)
 
 
-def _sigma_option(value: str, metric: str, model: Any) -> float:
-    """``--sigma-cppl/--sigma-uct``: a number, or ``auto`` for the sigma stored for this model by
-    ``tcrag calibrate`` (resolved once here, so every question and the saved settings use the number).
-    Validated by :class:`TCRAGConfig`, the one home of what a sigma may be."""
+def _sigma_option(value: str, metric: str, model: Any, task: Optional[str] = None, hint: Optional[str] = None) -> float:
+    """A sigma option (``--sigma-cppl``, ``--sigma-uct``, ``--sigma METRIC=VALUE``): a number, or
+    ``auto`` for the sigma stored for this model (on ``task``) by ``tcrag calibrate`` (resolved once
+    here, so every question and the saved settings use the number). Validated by
+    :class:`TCRAGConfig`, the one home of what a sigma may be."""
     from ..machine.config import TCRAGConfig
     from ..models.local import chat_model_id
     from ..monitor.calibration import CalibrationNotFoundError, resolve_sigma
 
     try:
-        cfg = TCRAGConfig(metric=metric, sigma=value)
+        cfg = TCRAGConfig(metric=metric, sigma=value, calibration_task=task)
         return float(resolve_sigma(cfg, chat_model_id(model) if cfg.sigma == "auto" else ""))
     except (ValueError, CalibrationNotFoundError) as exc:
-        raise typer.BadParameter(str(exc), param_hint=f"--sigma-{metric}") from exc
+        raise typer.BadParameter(str(exc), param_hint=hint or f"--sigma-{metric}") from exc
+
+
+def _sigma_pairs(values: list[str]) -> dict[str, str]:
+    """``--sigma METRIC=VALUE`` (repeatable) as ``{metric: value}``."""
+    from ..monitor.state_values import STATE_VALUES
+
+    pairs: dict[str, str] = {}
+    for item in values:
+        metric, sep, value = item.partition("=")
+        metric = metric.strip()
+        if not sep or metric not in STATE_VALUES or not value.strip():
+            raise typer.BadParameter(f"{item!r}: write METRIC=VALUE with METRIC one of {', '.join(STATE_VALUES)} "
+                                     "and VALUE a number or auto", param_hint="--sigma")
+        pairs[metric] = value.strip()
+    return pairs
+
+
+def _state_value_names(value: str) -> list[str]:
+    """``--metric``: state values, comma-separated, or ``all``."""
+    from ..monitor.state_values import STATE_VALUES
+
+    names = list(dict.fromkeys(m.strip() for m in value.split(",") if m.strip()))
+    if names == ["all"]:
+        return list(STATE_VALUES)
+    bad = [m for m in names if m not in STATE_VALUES]
+    if not names or bad:
+        raise typer.BadParameter(f"choose from {', '.join(STATE_VALUES)} (comma-separated) or all",
+                                 param_hint="--metric")
+    return names
 
 
 def _indexed_documents(names: list[str], tools: str, records: list[Any], exclude_eval_docs: bool) -> Optional[list[Any]]:
@@ -318,6 +348,12 @@ def register(app: typer.Typer) -> None:
         sigma_cppl: Optional[str] = typer.Option(None, help="sigma for cppl: a number, or auto (the model's "
                                                  "stored calibration, tcrag calibrate); default: paper's 10"),
         sigma_uct: Optional[str] = typer.Option(None, help="sigma for uct: a number or auto; default: paper's 20"),
+        sigma: list[str] = typer.Option([], "--sigma", metavar="METRIC=VALUE", help="sigma of any state value "
+                                        "(cppl_evidence, uct_evidence, answer_prob, ...): a number or auto; "
+                                        "repeatable"),
+        calibration_task: Optional[str] = typer.Option(None, help="the task whose stored calibration 'auto' "
+                                                       "reads (default: the dataset: pubmedqa, medmcqa, or the "
+                                                       "JSONL file's name)"),
         max_steps: int = typer.Option(12, min=1, help="actions before the final answer is asked for"),
         max_new_tokens: int = typer.Option(500, min=1, help="tokens the model may write per reply"),
         temperature: float = typer.Option(0.6, min=0.0, help="sampling temperature (0 = greedy)"),
@@ -332,7 +368,8 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Evaluate methods on a dataset: accuracy and cost per method (paper Tables 1, 2, 5)."""
         from ..machine.config import TCRAGConfig
-        from .datasets import sample_records
+        from ..monitor.calibration import CalibrationNotFoundError
+        from .datasets import sample_records, task_name
         from ..methods.registry import METHODS, build_methods
         from .noise import NoiseBank, PoisonController, poison_tools
         from .runner import SettingsMismatch, run_evaluation, summarize, summary_markdown, table_rows, write_summary
@@ -347,7 +384,10 @@ def register(app: typer.Typer) -> None:
             raise typer.BadParameter("--noise must be irrelevant, relevant or mixed")
         all_records = _load_records(dataset, split, context, long_answers, fields, task, answer_index_base)
         records = sample_records(all_records, limit=limit, seed=seed if limit else None)
-        cfg = TCRAGConfig(max_steps=max_steps, max_new_tokens=max_new_tokens, temperature=temperature)
+        ctask = calibration_task or task_name(dataset)
+        cfg = TCRAGConfig(max_steps=max_steps, max_new_tokens=max_new_tokens, temperature=temperature,
+                          calibration_task=ctask)
+        sigma_given = {**_sigma_pairs(sigma), **{k: v for k, v in (("cppl", sigma_cppl), ("uct", sigma_uct)) if v}}
         api_key = _key(api_key_env)
         chat = resolve_model(model, max_new_tokens=max_new_tokens, temperature=temperature, base_url=base_url,
                              api_key=api_key)
@@ -364,13 +404,16 @@ def register(app: typer.Typer) -> None:
         needs_scorer = any(METHODS[n].uses_scorer for n in names)
         state_scorer = resolve_scorer(scorer, chat, served_model=scorer_model, api_key=api_key,
                                       start_text=scorer_start_text) if needs_scorer else None
-        sigmas = {k: _sigma_option(v, k, chat) for k, v in (("cppl", sigma_cppl), ("uct", sigma_uct)) if v is not None}
+        sigmas = {k: _sigma_option(v, k, chat, ctask, hint="--sigma" if k not in ("cppl", "uct") else None)
+                  for k, v in sigma_given.items()}
         documents = _indexed_documents(names, tools, records, exclude_eval_docs)
         try:
             graphs = build_methods(names, model=chat, tools=tool_list, scorer=state_scorer, config=cfg, sigmas=sigmas,
                                    documents=documents, method_options=own_options)
         except ValidationError as exc:  # a method's own options model refused a value
             raise typer.BadParameter(str(exc), param_hint="--method-options") from exc
+        except CalibrationNotFoundError as exc:  # tcrag-auto, before any question runs
+            raise typer.BadParameter(str(exc), param_hint="--method") from exc
         settings = {
             "dataset": dataset, "split": split, "context": context, "long_answers": long_answers, "limit": limit,
             "model": model, "tools": tools, "exclude_eval_docs": exclude_eval_docs, "scorer": scorer,
@@ -418,8 +461,11 @@ def register(app: typer.Typer) -> None:
     def calibrate_command(
         dataset: str = typer.Option(..., help="pubmedqa, medmcqa, or a JSONL path"),
         split: Optional[str] = typer.Option(None, help="PubMedQA: use trainval (the default here) to keep test clean"),
-        metric: str = typer.Option("cppl", help="cppl, uct, or both comma-separated (one run of the method, each "
-                                   "metric measured on its answers; files then get a .<metric> suffix)"),
+        metric: str = typer.Option("cppl", help="state values, comma-separated, or all: cppl, uct (the paper's), "
+                                   "cppl_evidence, uct_evidence, answer_prob (one run of the method, each value "
+                                   "measured on its answers and evidence; files then get a .<metric> suffix)"),
+        calibration_task: Optional[str] = typer.Option(None, help="the task to store it under (default: the "
+                                                       "dataset: pubmedqa, medmcqa, or the JSONL file's name)"),
         method: str = typer.Option("wo-monitor", help="method producing the answers (its monitor is not used)"),
         rule: str = typer.Option("youden", help="youden or accuracy"),
         limit: Optional[int] = typer.Option(None, min=1, help="use this many questions (a sample; default: all)"),
@@ -464,13 +510,13 @@ def register(app: typer.Typer) -> None:
         from ..models.local import chat_model_id
         from ..monitor.calibration import Calibration, save_calibration
         from .calibration import auroc_interval, calibrate
-        from .datasets import format_question, sample_records
+        from ..machine import answer_format
+        from ..monitor.state_values import measure
+        from .datasets import answer_format_for, format_question, sample_records, task_name
         from ..methods.registry import build_methods
         from .runner import SettingsMismatch, run_evaluation
 
-        metrics = list(dict.fromkeys(m.strip() for m in metric.split(",") if m.strip()))
-        if not metrics or any(m not in ("cppl", "uct") for m in metrics):
-            raise typer.BadParameter("--metric must be cppl, uct or cppl,uct", param_hint="--metric")
+        metrics = _state_value_names(metric)
         if calibration_file is not None and len(metrics) > 1:
             raise typer.BadParameter("--calibration-file takes one metric", param_hint="--calibration-file")
         if rule not in ("youden", "accuracy"):
@@ -494,7 +540,9 @@ def register(app: typer.Typer) -> None:
         records = [r for r in sample_records(all_records, limit=limit, seed=seed if limit else None) if r.task != "open"]
         if not records:
             raise typer.BadParameter("calibration needs multiple-choice or yes/no questions (correct vs wrong)")
-        cfg = TCRAGConfig(metric=metrics[0], max_steps=max_steps, max_new_tokens=max_new_tokens, temperature=temperature)
+        ctask = calibration_task or task_name(dataset)
+        cfg = TCRAGConfig(metric=metrics[0], max_steps=max_steps, max_new_tokens=max_new_tokens, temperature=temperature,
+                          calibration_task=ctask)
         api_key = _key(api_key_env)
         chat = resolve_model(model, max_new_tokens=max_new_tokens, temperature=temperature, base_url=base_url,
                              api_key=api_key)
@@ -531,6 +579,27 @@ def register(app: typer.Typer) -> None:
             console.print(f"[red]cannot calibrate:[/] needs both correct and wrong answers "
                           f"({sum(labels)} correct of {len(labels)})")
             raise typer.Exit(code=1)
+
+        def score_with(question: str, text: str, *, metric: str) -> float:
+            if hasattr(state_scorer, "score"):
+                return state_scorer.score(question, text, metric=metric)
+            return state_scorer(question, text, metric=metric)
+
+        def value_of(one: str, row: dict[str, Any]) -> Optional[float]:
+            """The state value ``one`` of a finished run's answer: the rule the stack machine applies
+            (:func:`measure`), on the question, the answer and the evidence the run stood on."""
+            record = by_id[row["id"]]
+            text, choices = row["answer"], None
+            if one == "answer_prob":
+                fmt = answer_format_for(record)
+                if not isinstance(fmt, tuple):
+                    return None  # no list of allowed answers to weigh (open or multi-answer questions)
+                choices, text = fmt, answer_format.fit(fmt, text)
+            return float(measure(one, format_question(record, include_context=context), text, score=score_with,
+                                 token_logprobs=getattr(state_scorer, "token_logprobs", None) or _no_logprobs,
+                                 evidence=row.get("evidence") or [], choices=choices))
+
+        table: list[tuple[str, Any, float, float, bool]] = []
         for one in metrics:
             suffix = "" if len(metrics) == 1 else f".{one}"
             values: list[Optional[float]] = []
@@ -541,11 +610,10 @@ def register(app: typer.Typer) -> None:
                 if sufficiency:  # the path score the run measured (None where nothing was retrieved)
                     value = row.get("state_value")
                 elif answer:
-                    question = format_question(by_id[row["id"]], include_context=context)
                     try:
-                        value = float(state_scorer.score(question, answer, metric=one))
+                        value = value_of(one, row)
                     except Exception as exc:  # an unscorable answer is missing, not a value
-                        console.print(f"[yellow]could not score {row['id']}: {exc}[/]")
+                        console.print(f"[yellow]could not score {row['id']} ({one}): {exc}[/]")
                 values.append(value)
                 scored.append({"id": row["id"], "value": value, "correct": bool(row.get("correct")), "answer": answer})
             (out / f"state_values{suffix}.jsonl").write_text(
@@ -554,7 +622,9 @@ def register(app: typer.Typer) -> None:
                 result = calibrate(values, labels, rule=rule)  # type: ignore[arg-type]
             except ValueError as exc:
                 console.print(f"[red]cannot calibrate {one}:[/] {exc} ({sum(labels)} correct of {len(labels)})")
-                raise typer.Exit(code=1) from exc
+                if len(metrics) == 1:
+                    raise typer.Exit(code=1) from exc
+                continue  # the other values may still be measured
             report = {"metric": one, "method": names[0], **result.to_dict()}
             (out / f"calibration{suffix}.json").write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
             p = result.proposal
@@ -568,6 +638,7 @@ def register(app: typer.Typer) -> None:
             low, high = auroc_interval(result.auroc, result.n_correct, result.n_wrong)
             typer.echo(f"AUROC 95% interval: {low:.3f} - {high:.3f} ({result.n_correct} correct, {result.n_wrong} wrong)")
             supported = not (low <= 0.5 or (rule == "youden" and p.objective <= 0))
+            table.append((one, result, low, high, supported))
             if not supported:
                 typer.echo(
                     "warning: the state value does not separate correct from wrong answers on this data "
@@ -577,7 +648,7 @@ def register(app: typer.Typer) -> None:
             if save and stored_id and (supported or save_unsupported):
                 try:
                     stored = Calibration(
-                        metric=one, sigma=p.sigma, auroc=result.auroc, model_id=stored_id,
+                        metric=one, sigma=p.sigma, auroc=result.auroc, model_id=stored_id, task=ctask,
                         dataset=dataset if split is None else f"{dataset}:{split}", n=result.n,
                         details={"rule": rule, "method": names[0], "tpr": p.tpr, "fpr": p.fpr,
                                  "n_correct": result.n_correct, "n_wrong": result.n_wrong,
@@ -592,3 +663,20 @@ def register(app: typer.Typer) -> None:
                 typer.echo(f"stored for {target}='auto' (model {stored_id!r}): {where}")
             elif save and stored_id:
                 typer.echo(f"{one}: not stored for sigma='auto' (pass --save-unsupported to store it anyway)")
+        if len(table) > 1:
+            typer.echo(f"\nstate values on {dataset}{':' + split if split else ''} (task {ctask!r}), best AUROC first:")
+            typer.echo(f"{'metric':<14} {'AUROC':>6} {'95% interval':>15} {'sigma':>10}  separates")
+            for one, result, low, high, supported in sorted(table, key=lambda t: -t[1].auroc):
+                typer.echo(f"{one:<14} {result.auroc:6.3f} {low:7.3f} - {high:5.3f} {result.sigma:10.4g}  "
+                           f"{'yes' if supported else 'no'}")
+            usable = [t for t in table if t[4]]
+            if usable:
+                best = max(usable, key=lambda t: t[1].auroc)
+                typer.echo(f"sigma='auto' with no metric set picks {best[0]} (sigma {best[1].sigma:.4g}) for this model "
+                           f"and task" + ("" if save and stored_id else " once stored"))
+            else:
+                typer.echo("no state value separates right from wrong answers here: sigma='auto' has nothing to pick")
+
+
+def _no_logprobs(context: str, text: str) -> list[float]:
+    raise ValueError("this scorer gives no token log-probabilities: the evidence values and answer_prob need them")

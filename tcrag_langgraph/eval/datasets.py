@@ -520,6 +520,34 @@ def load_jsonl(
 # --------------------------------------------------------------------------------------------
 
 
+def in_calibration_split(record_id: str) -> bool:
+    """Whether a MedMCQA dev question is in its calibration split: one eighth of dev, chosen by a hash
+    of the question id (the same on every machine), so sigma and the state value are chosen on
+    questions no evaluation of split ``dev`` (the other seven eighths) ever sees.
+
+    Example:
+        >>> in_calibration_split("e9ad821a-c438-4965-9f77-760819dfa155") in (True, False)
+        True
+    """
+    import hashlib
+
+    return hashlib.sha256(str(record_id).encode("utf-8")).digest()[0] < 32
+
+
+def task_name(spec: str | os.PathLike[str]) -> str:
+    """The task a dataset's calibration is stored under: ``pubmedqa`` / ``medmcqa`` for the named
+    sets, else the JSONL file's name without its suffix.
+
+    Example:
+        >>> task_name("PubMedQA"), task_name("/data/my-questions.jsonl")
+        ('pubmedqa', 'my-questions')
+    """
+    name = str(spec)
+    if name.lower() in ("pubmedqa", "medmcqa"):
+        return name.lower()
+    return Path(name).stem
+
+
 def load_dataset(
     spec: str | os.PathLike[str],
     *,
@@ -532,16 +560,22 @@ def load_dataset(
     """``"pubmedqa"``, ``"medmcqa"`` or a path to a JSONL file.
 
     ``data_dir`` replaces the default data folder for the named sets. ``split`` applies to
-    PubMedQA (default ``test``); ``jsonl_options`` go to :func:`load_jsonl`.
+    PubMedQA (``test``, the default; ``trainval``; ``all``) and MedMCQA (``dev``, the default: the
+    dev file without its calibration eighth; ``calibration``: that eighth,
+    :func:`in_calibration_split`; ``all``); ``jsonl_options`` go to :func:`load_jsonl`.
     """
     name = str(spec)
     if name.lower() == "pubmedqa":
         base = Path(data_dir) / "pubmedqa" if data_dir else None
         return load_pubmedqa(base, split=split or "test", with_context=with_context, answer_format=answer_format)  # type: ignore[arg-type]
     if name.lower() == "medmcqa":
-        if split not in (None, "dev"):
-            raise DatasetError("only the MedMCQA dev split is available here")
-        return load_medmcqa(Path(data_dir) / "medmcqa" if data_dir else None)
+        if split not in (None, "dev", "calibration", "all"):
+            raise DatasetError(f"unknown MedMCQA split {split!r} (dev, calibration, all)")
+        records = load_medmcqa(Path(data_dir) / "medmcqa" if data_dir else None)
+        if split == "all":
+            return records
+        wanted = split == "calibration"
+        return [r for r in records if in_calibration_split(r.id) == wanted]
     path = Path(name)
     if not path.exists():
         raise DatasetError(f"{name}: not a known dataset (pubmedqa, medmcqa) and no such file")

@@ -316,6 +316,10 @@ def _run_one(
         "validated": result.answer_validated,
         "halt_reason": result.halt_reason,
         "state_value": _final_value(output),
+        "metric": result.metric,
+        "sigma": result.sigma,
+        # what the answer stood on: tcrag calibrate measures the evidence-conditioned state values on it
+        "evidence": result.evidence,
         "error": error or result.error,
         "seed": seed,
         "repeated_executed_calls": repeated_executed_calls(result.trace),

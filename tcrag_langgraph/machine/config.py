@@ -44,8 +44,13 @@ class TCRAGConfig(BaseModel):
     sigma: Optional[Union[Annotated[float, Field(gt=0)], Literal["auto"]]] = Field(
         default=None,
         description="Halting threshold; None = paper default for the metric; 'auto' = the model's stored "
-        "calibration (tcrag calibrate), resolved when the graph is built.",
+        "calibration (tcrag calibrate), resolved when the graph is built; with a metric left unset, 'auto' also "
+        "picks the state value whose calibration had the best AUROC.",
     )
+    calibration_task: Optional[str] = Field(
+        default=None, max_length=200,
+        description="The task whose calibration sigma='auto' reads (e.g. pubmedqa, medmcqa; tcrag calibrate "
+        "stores one per model, task and metric); None = the calibration stored without a task.")
     initial_state_value: float = Field(default=1e9, gt=0, description="The 'large value' the state starts at.")
     max_steps: int = Field(default=12, ge=1, le=1000, description="Actions applied before the run halts unvalidated.")
     max_new_tokens: int = Field(default=500, ge=1, le=8192, description="Tokens the model may write per reply.")
@@ -107,9 +112,12 @@ class TCRAGConfig(BaseModel):
             value = getattr(self, name)
             if value is not None and not math.isfinite(value):
                 raise ValueError(f"{name} must be finite")
-        if self.metric == "answer_prob" and self.enable_state_monitor and not isinstance(self.answer_format, tuple):
+        # answer_prob with no answer_format is allowed here: a run can bring its format in the context
+        # (tcrag eval does, per question); a run without one halts with scorer_error saying so.
+        if (self.metric == "answer_prob" and self.enable_state_monitor and self.answer_format is not None
+                and not isinstance(self.answer_format, tuple)):
             raise ValueError("metric 'answer_prob' weighs the allowed answers: give answer_format a list of "
-                             "choices (e.g. yes,no,maybe or option letters)")
+                             "choices (e.g. yes,no,maybe or option letters), not a model class")
         return self
 
     @property
@@ -143,7 +151,10 @@ class TCRAGConfig(BaseModel):
         values = _explicit(overrides)
         if not values:
             return self
-        return type(self).model_validate({**self.model_dump(), **values})
+        merged = type(self).model_validate({**self.model_dump(), **values})
+        # what was set explicitly stays known (sigma="auto" leaves an unset metric to the calibration)
+        object.__setattr__(merged, "__pydantic_fields_set__", set(self.model_fields_set) | set(values))
+        return merged
 
 
 def request_option_fields() -> tuple[str, ...]:

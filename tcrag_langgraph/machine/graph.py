@@ -36,9 +36,9 @@ from langgraph.runtime import Runtime
 from langgraph.types import Command, interrupt
 
 from ..models.local import chat_model_id
-from ..monitor.calibration import resolve_sigma
+from ..monitor.calibration import resolve_monitor, resolve_sigma
 from ..monitor.scoring import StateScorer
-from ..monitor.state_values import base_metric, evidence_context, uses_evidence
+from ..monitor.state_values import uses_evidence
 from . import answer_format, transitions
 from .actions import ActionParseError, format_instructions, parse_action
 from .config import TCRAGConfig
@@ -94,15 +94,12 @@ class _Machine(RunKernel):
         ``None`` when the monitor is switched off."""
         if not cfg.enable_state_monitor:
             return None
-        if not uses_evidence(cfg.metric):  # the paper's eq. 2 / eq. 3, through the scorer's own score()
-            return self.score(state["question"], text, metric=cfg.metric)
-        context = evidence_context(state["question"], observations(state["stack"]))
         if cfg.metric == "answer_prob":
             if not conclusion:  # a Thought has no answer to weigh: it keeps the state at sigma
                 return state["sigma"]
-            chosen = answer_format.fit(cfg.answer_format, text)
-            return self.score_choice(context, chosen, cfg.answer_format)
-        return self.score_given(context, text, metric=base_metric(cfg.metric))
+            text = answer_format.fit(cfg.answer_format, text)
+        evidence = observations(state["stack"]) if uses_evidence(cfg.metric) else ()
+        return self.state_value(cfg.metric, state["question"], text, evidence=evidence, choices=cfg.answer_format)
 
     def halt(self, state: Mapping[str, Any], config: Optional[RunnableConfig], **kwargs: Any) -> Command:
         """The kernel's halt; the stack machine also drops its pending action."""
@@ -389,7 +386,8 @@ def build_graph(
                            model_kwargs=model_kwargs)
     model, cfg = args.model, args.config
     if cfg.sigma == "auto":  # the generator's stored calibration; a missing one fails here, not mid-run
-        cfg = cfg.merged({"sigma": resolve_sigma(cfg, chat_model_id(model))})
+        metric, sigma = resolve_monitor(cfg, chat_model_id(model))
+        cfg = cfg.merged({"metric": metric, "sigma": sigma})
     own_weights = scorer is None
     # The monitor scores with the generator's own weights, never silently with another model.
     scorer = default_scorer(model, scorer, needed=cfg.enable_state_monitor)

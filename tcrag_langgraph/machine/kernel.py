@@ -44,8 +44,8 @@ from langgraph.types import Command
 from pydantic import BaseModel, ConfigDict
 
 from ..models.local import cut_at_stop, resolve_chat_model, takes_generation_settings
-from ..monitor.scoring import MonitorUnavailableError, scorer_for_model, token_logprobs_to_metric
-from ..monitor.state_values import choice_value
+from ..monitor.scoring import MonitorUnavailableError, scorer_for_model
+from ..monitor.state_values import measure
 from ..tools.layer import invoke_tool, is_tool_error
 from ..tools.layer.outcome import content_text
 from ..tools.tokens import count_tokens
@@ -207,18 +207,14 @@ class RunKernel:
             return _monitor_value(lambda: self.scorer.score(context, text, metric=metric))
         return _monitor_value(lambda: self.scorer(context, text, metric=metric))
 
-    def score_given(self, context: str, text: str, *, metric: str) -> float:
-        """eq. 2 / eq. 3 (``metric`` cppl / uct) of ``text`` conditioned on all of ``context``, from the
-        scorer's token log-probs (a scorer's own ``score`` may leave the context out of uct, as eq. 3
-        does); a failure or a value that is not finite raises ``RunFailure("scorer_error")``."""
-        return _monitor_value(lambda: token_logprobs_to_metric(self.token_logprobs(context, text), metric))
-
-    def score_choice(self, context: str, chosen: str, choices: Sequence[str]) -> float:
-        """``answer_prob``: 1 - the normalised probability of ``chosen`` among ``choices`` given
-        ``context`` (:func:`~tcrag_langgraph.monitor.state_values.choice_value`), from the scorer's
-        token log-probs of each ``Conclusion: <choice>``; a failure raises ``RunFailure("scorer_error")``."""
-        return _monitor_value(lambda: choice_value(
-            {choice: sum(self.token_logprobs(context, f"Conclusion: {choice}")) for choice in choices}, chosen))
+    def state_value(self, metric: str, question: str, text: str, *, evidence: Sequence[str] = (),
+                    choices: Optional[Sequence[str]] = None) -> float:
+        """Any state value of :mod:`~tcrag_langgraph.monitor.state_values` (its one rule,
+        :func:`~tcrag_langgraph.monitor.state_values.measure`), from this run's scorer; a failure or a
+        value that is not finite raises ``RunFailure("scorer_error")``."""
+        return _monitor_value(lambda: measure(
+            metric, question, text, score=lambda q, t, metric: self.score(q, t, metric=metric),
+            token_logprobs=self.token_logprobs, evidence=evidence, choices=choices))
 
     def token_logprobs(self, context: str, text: str) -> list[float]:
         """Log-probabilities of the tokens of ``text`` given ``context`` (finite), from the scorer."""

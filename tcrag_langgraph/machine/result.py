@@ -18,7 +18,7 @@ from typing import Any, Mapping, Optional
 
 from pydantic import BaseModel, Field
 
-from .state import Action, Frame, TraceEvent
+from .state import Action, Frame, TraceEvent, observations
 
 __all__ = ["RunResult", "Source"]
 
@@ -50,6 +50,9 @@ class RunResult(BaseModel):
     token_usage: dict[str, int] = Field(default_factory=dict)
     sources: list[Source] = Field(default_factory=list)
     stack: list[Frame] = Field(default_factory=list)
+    evidence: list[str] = Field(default_factory=list, description=(
+        "What the tools returned and the answer stood on: the tool observations on the final stack, or "
+        "the knowledge a retrieve-then-answer method read (errors are never evidence)."))
     trace: list[TraceEvent] = Field(default_factory=list)
 
     @classmethod
@@ -79,6 +82,8 @@ class RunResult(BaseModel):
             token_usage=dict(state.get("token_usage") or {}),
             sources=sources,
             stack=stack,
+            evidence=observations(stack) if stack else [
+                k["text"] for k in state.get("knowledge") or [] if isinstance(k, Mapping) and "text" in k],
             trace=list(state.get("trace") or []),
         )
 

@@ -2,10 +2,13 @@
 back when a graph is built with ``sigma="auto"``.
 
 ``tcrag calibrate`` (the analysis lives in :mod:`tcrag_langgraph.eval.calibration`) saves a
-:class:`Calibration` by default at ``$TCRAG_CACHE_DIR/calibration/<model-id>.<metric>.json``
-(``~/.cache/tcrag_langgraph`` without the variable; see :func:`default_calibration_path`).
-:func:`load_calibration` reads one back and :func:`resolve_sigma` turns ``sigma="auto"`` into the
-stored number at graph build time. This is runtime code: the stack machine and the methods read
+:class:`Calibration` per model, task and metric, by default at
+``$TCRAG_CACHE_DIR/calibration/<model-id>.<task>.<metric>.json`` (``<model-id>.<metric>.json``
+without a task; ``~/.cache/tcrag_langgraph`` without the variable; see
+:func:`default_calibration_path`). :func:`load_calibration` reads one back, :func:`resolve_sigma`
+turns ``sigma="auto"`` into the stored number, and :func:`resolve_monitor` also picks the state
+value when the configuration leaves the metric to the calibration: the one whose AUROC on the task
+was best. This is runtime code: the stack machine and the methods read
 it, so it lives with the state monitor, not with the evaluation.
 """
 
@@ -16,15 +19,16 @@ import math
 import os
 import re
 import tempfile
+from glob import escape as glob_escape
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any
+from typing import Any, Optional
 
 from .state_values import STATE_VALUES
 
 __all__ = ["METRICS", "Calibration", "CalibrationNotFoundError", "default_calibration_path", "save_calibration",
-           "load_calibration", "resolve_sigma", "shipped_calibration", "monitor_cannot_judge", "SHIPPED_FILE"]
+           "load_calibration", "resolve_sigma", "resolve_monitor", "stored_calibrations", "shipped_calibration", "monitor_cannot_judge", "SHIPPED_FILE"]
 
 #: the state values a calibration can be stored for
 METRICS = STATE_VALUES
@@ -50,6 +54,9 @@ class Calibration:
     n: int
     created: str = field(default_factory=lambda: datetime.now(timezone.utc).isoformat(timespec="seconds"))
     details: dict[str, Any] = field(default_factory=dict)
+    #: what kind of questions it was measured on (``pubmedqa``, ``medmcqa``, a JSONL file's name);
+    #: None for a calibration that applies to any task
+    task: Optional[str] = None
 
     def __post_init__(self) -> None:
         if self.metric not in METRICS:
@@ -64,6 +71,8 @@ class Calibration:
             raise ValueError("model_id must be a non-empty string")
         if not isinstance(self.n, int) or isinstance(self.n, bool) or self.n < 1:
             raise ValueError(f"n must be a positive integer, not {self.n!r}")
+        if self.task is not None:
+            _file_safe(self.task)  # a task names a file: it needs usable characters
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -75,8 +84,8 @@ class Calibration:
         missing = [k for k in ("metric", "sigma", "auroc", "model_id", "dataset", "n", "created") if k not in data]
         if missing:
             raise ValueError(f"calibration is missing {missing}")
-        known = {k: data[k] for k in ("metric", "sigma", "auroc", "model_id", "dataset", "n", "created", "details")
-                 if k in data}
+        known = {k: data[k] for k in ("metric", "sigma", "auroc", "model_id", "dataset", "n", "created", "details",
+                                      "task") if k in data}
         return cls(**known)
 
 
@@ -88,26 +97,29 @@ def _file_safe(model_id: str) -> str:
     return safe
 
 
-def default_calibration_path(model_id: str, metric: str) -> Path:
-    """``<cache>/calibration/<model-id>.<metric>.json`` where ``<cache>`` is ``$TCRAG_CACHE_DIR`` or
-    ``~/.cache/tcrag_langgraph``; characters other than letters, digits, ``.``, ``_`` and ``-`` in
-    the model id become ``_``.
+def default_calibration_path(model_id: str, metric: str, task: Optional[str] = None) -> Path:
+    """``<cache>/calibration/<model-id>.<task>.<metric>.json`` (``<model-id>.<metric>.json`` without a
+    task) where ``<cache>`` is ``$TCRAG_CACHE_DIR`` or ``~/.cache/tcrag_langgraph``; characters other
+    than letters, digits, ``.``, ``_`` and ``-`` in the model id and task become ``_``.
 
     Example:
         >>> default_calibration_path("openai:gpt-4o", "cppl").name
         'openai_gpt-4o.cppl.json'
+        >>> default_calibration_path("qwen-1.5b", "answer_prob", "pubmedqa").name
+        'qwen-1.5b.pubmedqa.answer_prob.json'
     """
     from ..models.local import cache_dir
 
     if metric not in METRICS:
         raise ValueError(f"unknown metric {metric!r}; use one of {', '.join(METRICS)}")
-    return cache_dir() / "calibration" / f"{_file_safe(model_id)}.{metric}.json"
+    middle = f".{_file_safe(task)}" if task else ""
+    return cache_dir() / "calibration" / f"{_file_safe(model_id)}{middle}.{metric}.json"
 
 
 def save_calibration(calibration: Calibration, path: str | os.PathLike[str] | None = None) -> Path:
     """Write ``calibration`` as JSON (atomically) to ``path`` or the default location; returns the path."""
     target = Path(path).expanduser() if path is not None else default_calibration_path(
-        calibration.model_id, calibration.metric)
+        calibration.model_id, calibration.metric, calibration.task)
     target.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{target.name}-", dir=target.parent)
     try:
@@ -121,17 +133,33 @@ def save_calibration(calibration: Calibration, path: str | os.PathLike[str] | No
     return target
 
 
-def load_calibration(path: str | os.PathLike[str] | None = None, *, model_id: str, metric: str) -> Calibration:
-    """The stored calibration of ``model_id`` for ``metric``.
+def load_calibration(path: str | os.PathLike[str] | None = None, *, model_id: str, metric: str,
+                     task: Optional[str] = None) -> Calibration:
+    """The stored calibration of ``model_id`` for ``metric`` (on ``task``).
 
-    ``path=None`` reads :func:`default_calibration_path`. A missing file is a
-    :class:`CalibrationNotFoundError` naming the ``tcrag calibrate`` command that makes one; a file
-    for another model or metric, or a malformed one, is a ValueError.
+    ``path=None`` reads :func:`default_calibration_path`: the task's own file, else the one stored
+    without a task (never another task's); with no task given, the one stored without a task, else
+    the only task's (several tasks: a ValueError asking which). A missing file is a :class:`CalibrationNotFoundError`
+    naming the ``tcrag calibrate`` command that makes one; a file for another model, metric or task,
+    or a malformed one, is a ValueError.
     """
-    target = Path(path).expanduser() if path is not None else default_calibration_path(model_id, metric)
+    if path is not None:
+        target = Path(path).expanduser()
+    else:
+        target = default_calibration_path(model_id, metric, task)
+        if task and not target.is_file():
+            target = default_calibration_path(model_id, metric)
+        if not task and not target.is_file():
+            tasks = _task_files(model_id, metric)
+            if len(tasks) > 1:
+                raise ValueError(f"model {model_id!r} has {metric} calibrations for the tasks {sorted(tasks)}: say "
+                                 "which one (calibration_task, --calibration-task)")
+            if tasks:
+                target = next(iter(tasks.values()))
     if not target.is_file():
+        on = f" on task {task!r}" if task else ""
         raise CalibrationNotFoundError(
-            f"no {metric} calibration for model {model_id!r} at {target}. Make one with "
+            f"no {metric} calibration for model {model_id!r}{on} at {target}. Make one with "
             f"`tcrag calibrate --dataset pubmedqa --split trainval --metric {metric} --model <the same model> "
             "--out <folder>`, or give sigma as a number."
         )
@@ -144,6 +172,34 @@ def load_calibration(path: str | os.PathLike[str] | None = None, *, model_id: st
         raise ValueError(f"{target} calibrates {found.metric}, not {metric}")
     if found.model_id != model_id:
         raise ValueError(f"{target} was measured for model {found.model_id!r}, not {model_id!r}")
+    if task and found.task not in (None, task):
+        raise ValueError(f"{target} was measured on task {found.task!r}, not {task!r}")
+    return found
+
+
+def _task_files(model_id: str, metric: str) -> dict[str, Path]:
+    """The files of ``model_id``'s ``metric`` calibrations stored per task, by task."""
+    untasked = default_calibration_path(model_id, metric)
+    found = {}
+    for candidate in sorted(untasked.parent.glob(f"{glob_escape(untasked.name[: -len(f'.{metric}.json')])}.*.{metric}.json")):
+        try:
+            one = Calibration.from_dict(json.loads(candidate.read_text(encoding="utf-8")))
+        except (OSError, json.JSONDecodeError, TypeError, ValueError):
+            continue
+        if one.model_id == model_id and one.metric == metric and one.task:
+            found[one.task] = candidate
+    return found
+
+
+def stored_calibrations(model_id: str, task: Optional[str] = None) -> list[Calibration]:
+    """Every metric's stored calibration of ``model_id`` (on ``task``, as :func:`load_calibration`
+    finds them), in :data:`METRICS` order."""
+    found = []
+    for metric in METRICS:
+        try:
+            found.append(load_calibration(model_id=model_id, metric=metric, task=task))
+        except CalibrationNotFoundError:
+            continue
     return found
 
 
@@ -176,7 +232,7 @@ def monitor_cannot_judge(model_id: str, metric: str) -> "str | None":
         >>> monitor_cannot_judge("no-such-model", "cppl") is None
         True
     """
-    if default_calibration_path(model_id, metric).is_file():
+    if default_calibration_path(model_id, metric).is_file() or _task_files(model_id, metric):
         return None
     found = shipped_calibration(model_id, metric)
     if found is None or found.details.get("supported", True):
@@ -201,7 +257,8 @@ def resolve_sigma(config: Any, model_id: str, *, path: str | os.PathLike[str] | 
     """
     if config.sigma == "auto":
         try:
-            return float(load_calibration(path, model_id=model_id, metric=config.metric).sigma)
+            return float(load_calibration(path, model_id=model_id, metric=config.metric,
+                                          task=getattr(config, "calibration_task", None)).sigma)
         except CalibrationNotFoundError as missing:
             shipped = shipped_calibration(model_id, config.metric) if path is None else None
             if shipped is None:
@@ -213,3 +270,29 @@ def resolve_sigma(config: Any, model_id: str, *, path: str | os.PathLike[str] | 
                 f"sigma that separates its right from wrong answers (AUROC {shipped.auroc:.2f})."
             ) from None
     return config.effective_sigma
+
+
+def resolve_monitor(config: Any, model_id: str) -> tuple[str, float]:
+    """The state value and sigma a run with ``config`` and generator ``model_id`` uses.
+
+    With ``sigma="auto"`` and a metric the configuration does not set itself, the metric is the one
+    whose stored calibration (on ``config.calibration_task``) has the best AUROC among those that
+    separated right from wrong answers (``details["supported"]``; ``answer_prob`` only when the
+    configuration declares its answers as a list), and sigma is its threshold; ties
+    keep :data:`METRICS` order (the paper's values first). Otherwise the metric is the configured one
+    and sigma is :func:`resolve_sigma`'s.
+
+    Example:
+        >>> from tcrag_langgraph.machine.config import TCRAGConfig
+        >>> resolve_monitor(TCRAGConfig(metric="uct", sigma=3), "any-model")
+        ('uct', 3.0)
+    """
+    if config.sigma == "auto" and "metric" not in config.model_fields_set:
+        # answer_prob weighs the allowed answers: only for a configuration that declares them
+        usable = [c for c in stored_calibrations(model_id, getattr(config, "calibration_task", None))
+                  if c.details.get("supported", True)
+                  and (c.metric != "answer_prob" or isinstance(getattr(config, "answer_format", None), tuple))]
+        if usable:
+            best = max(usable, key=lambda c: c.auroc)  # max keeps the first of equals: METRICS order
+            return best.metric, float(best.sigma)
+    return config.metric, resolve_sigma(config, model_id)

@@ -29,12 +29,12 @@ Lower is more confident. Example:
 
 from __future__ import annotations
 
-import math
 import threading
 from typing import Any, Callable, Literal, Optional, Protocol, runtime_checkable
 
 from ..models.kv_cache import PrefixStateCache, crop_cache
 from ..models.local import LocalChatModel, LocalModel, load_local_model
+from .state_values import token_logprobs_to_metric
 
 __all__ = [
     "StateScorer",
@@ -53,17 +53,6 @@ class StateScorer(Protocol):
     """Anything that maps (User_Query, top text) to a state value; lower = more confident."""
 
     def score(self, query: str, text: str, *, metric: Metric) -> float: ...
-
-
-def token_logprobs_to_metric(logprobs: list[float], metric: Metric) -> float:
-    """cppl or uct from the log-probabilities of the scored tokens (the formulas, in one place)."""
-    if not logprobs:
-        raise ValueError("nothing to score: the text has no tokens")
-    if metric == "cppl":
-        return math.exp(-sum(logprobs) / len(logprobs))
-    if metric == "uct":
-        return -sum(math.exp(lp) * lp for lp in logprobs)
-    raise ValueError(f"unknown metric {metric!r}; use 'cppl' or 'uct'")
 
 
 class LocalLMScorer:

@@ -30,10 +30,10 @@ Example:
 from __future__ import annotations
 
 import math
-from typing import Mapping, Optional, Sequence
+from typing import Callable, Mapping, Optional, Sequence
 
 __all__ = ["STATE_VALUES", "PAPER_VALUES", "DEFAULT_SIGMA", "base_metric", "uses_evidence", "choice_value",
-           "evidence_context"]
+           "evidence_context", "measure", "token_logprobs_to_metric"]
 
 #: every selectable state value
 STATE_VALUES = ("cppl", "uct", "cppl_evidence", "uct_evidence", "answer_prob")
@@ -44,6 +44,16 @@ PAPER_VALUES = ("cppl", "uct")
 DEFAULT_SIGMA: dict[str, float] = {"cppl": 10.0, "uct": 20.0, "cppl_evidence": 10.0, "uct_evidence": 20.0,
                                    "answer_prob": 0.5}
 
+
+def token_logprobs_to_metric(logprobs: list[float], metric: str) -> float:
+    """cppl or uct from the log-probabilities of the scored tokens (the formulas, in one place)."""
+    if not logprobs:
+        raise ValueError("nothing to score: the text has no tokens")
+    if metric == "cppl":
+        return math.exp(-sum(logprobs) / len(logprobs))
+    if metric == "uct":
+        return -sum(math.exp(lp) * lp for lp in logprobs)
+    raise ValueError(f"unknown metric {metric!r}; use 'cppl' or 'uct'")
 
 def base_metric(metric: str) -> Optional[str]:
     """The formula a value applies to token log-probs (``cppl``/``uct``); None for ``answer_prob``."""
@@ -73,3 +83,31 @@ def choice_value(logprob_sums: Mapping[str, float], chosen: str) -> float:
     top = max(logprob_sums.values())
     weights = {answer: math.exp(value - top) for answer, value in logprob_sums.items()}
     return 1.0 - weights[chosen] / sum(weights.values())
+
+
+def measure(metric: str, question: str, text: str, *, score: Callable[..., float],
+            token_logprobs: Callable[[str, str], Sequence[float]], evidence: Sequence[str] = (),
+            choices: Optional[Sequence[str]] = None) -> float:
+    """The state value ``metric`` of ``text`` (a Conclusion or Thought; for ``answer_prob`` the chosen
+    answer) for ``question`` with the tool observations ``evidence``: the one rule the stack machine
+    applies at every step and ``tcrag calibrate`` applies to a finished run's answer.
+
+    ``score(query, text, metric=...)`` is the scorer's own eq. 2 / eq. 3; ``token_logprobs(context,
+    text)`` its teacher-forced log-probs. ``answer_prob`` needs ``choices`` (the allowed answers).
+
+    Example:
+        >>> lp = lambda context, text: [-0.1] if "yes" in text else [-2.3]
+        >>> round(measure("answer_prob", "Q?", "yes", score=None, token_logprobs=lp, choices=("yes", "no")), 4)
+        0.1091
+        >>> round(measure("cppl_evidence", "Q?", "yes", score=None, token_logprobs=lp, evidence=["doc"]), 4)
+        1.1052
+    """
+    base = base_metric(metric)
+    if not uses_evidence(metric):
+        return float(score(question, text, metric=metric))
+    context = evidence_context(question, evidence)
+    if base is None:  # answer_prob
+        if not choices:
+            raise ValueError("answer_prob needs the allowed answers (a declared answer format with choices)")
+        return choice_value({c: sum(token_logprobs(context, f"Conclusion: {c}")) for c in choices}, text)
+    return token_logprobs_to_metric(list(token_logprobs(context, text)), base)

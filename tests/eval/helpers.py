@@ -134,3 +134,26 @@ class ReasoningDrugScorer(TextScorer):
 
 def reasoning_drug_scorer() -> ReasoningDrugScorer:
     return ReasoningDrugScorer()
+
+
+class LookingDrugModel(RecordingModel):
+    """Searches DOC_RAG for the drug first, then answers as :class:`DrugModel` (a run with evidence)."""
+
+    def _call(self, messages, stop=None, run_manager=None, **kwargs):
+        self.seen.append(list(messages))
+        text = messages[-1].content
+        if "Tool_Observation" not in text:
+            drug = next(i for i in range(6) if f"drug {i} " in text)
+            return f"Tool_Use: DOC_RAG\nTool_Input: drug {drug}"
+        return "Conclusion: yes" if any(f"drug {i} " in text for i in (0, 1, 2)) else "Conclusion: no"
+
+
+def looking_drug_model() -> LookingDrugModel:
+    return LookingDrugModel(responses=["unused"], seen=[])
+
+
+def packaged_scorer():
+    """The real state monitor over the packaged SmolLM2 weights (real token log-probs)."""
+    from tcrag_langgraph.monitor.scoring import LocalLMScorer
+
+    return LocalLMScorer()

@@ -92,6 +92,7 @@ from tcrag_langgraph.monitor.calibration import (  # noqa: E402
 )
 
 H = "tests.eval.helpers"
+from tcrag_langgraph.testing import ScriptedScorer  # noqa: E402
 
 
 @pytest.fixture
@@ -178,8 +179,12 @@ def test_calibrate_command_stores_what_sigma_auto_loads(app, data, tmp_path, cac
     stored = load_calibration(model_id="scripted-drugs", metric="uct")
     assert (stored.sigma, stored.auroc, stored.n, stored.dataset) == (5.5, 1.0, 6, str(data))
     assert stored.details["rule"] == "youden" and stored.details["supported"] is True
-    assert str(default_calibration_path("scripted-drugs", "uct")) in result.output
+    # stored per task (the JSONL file's name); without a task the only task's calibration is found
+    assert stored.task == "yn" and str(default_calibration_path("scripted-drugs", "uct", "yn")) in result.output
     assert resolve_sigma(TCRAGConfig(metric="uct", sigma="auto"), "scripted-drugs") == 5.5
+    assert resolve_sigma(TCRAGConfig(metric="uct", sigma="auto", calibration_task="yn"), "scripted-drugs") == 5.5
+    with pytest.raises(CalibrationNotFoundError, match="on task 'medmcqa'"):
+        resolve_sigma(TCRAGConfig(metric="uct", sigma="auto", calibration_task="medmcqa"), "scripted-drugs")
 
 
 def test_calibrate_does_not_store_an_unsupported_sigma_unless_asked(app, data, tmp_path, cache):
@@ -194,7 +199,7 @@ def test_calibrate_does_not_store_an_unsupported_sigma_unless_asked(app, data, t
                                       "--calibration-file", str(target)])
     assert result.exit_code == 0, result.output
     assert load_calibration(target, model_id="reversed", metric="cppl").details["supported"] is False
-    assert not default_calibration_path("reversed", "cppl").exists()
+    assert not default_calibration_path("reversed", "cppl", "yn").exists()
 
 
 def test_calibrate_without_a_model_id_measures_but_does_not_store(app, data, tmp_path, cache):
@@ -253,3 +258,88 @@ def test_calibrate_measures_both_metrics_on_one_run(app, data, tmp_path, cache):
     assert refused.exit_code != 0 and "one metric" in refused.output
     bad = CliRunner().invoke(app, [*args[:-4], "--metric", "cppl,ppl"], env={"COLUMNS": "300"})
     assert bad.exit_code != 0 and "--metric" in bad.output
+
+
+def test_calibrate_measures_every_state_value_on_the_runs_own_evidence(app, data, tmp_path, cache):
+    """--metric all: the evidence values and answer_prob are computed from what the run's tools returned
+    (kept in results.jsonl), with the real packaged model's log-probs, by the stack machine's own rule;
+    each is stored per model, task and metric."""
+    from tcrag_langgraph.eval.datasets import format_question, load_dataset
+    from tcrag_langgraph.monitor.state_values import STATE_VALUES, choice_value, evidence_context, token_logprobs_to_metric
+    from tests.eval.helpers import packaged_scorer
+
+    out = tmp_path / "all"
+    args = ["calibrate", "--dataset", str(data), "--model", f"{H}:looking_drug_model", "--scorer",
+            f"{H}:packaged_scorer", "--tools", f"{H}:doc_tools", "--out", str(out), "--no-progress", "--metric", "all",
+            "--model-id", "scripted-looking", "--save-unsupported", "--temperature", "0"]
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 0, result.output
+    rows = {r["id"]: r for r in map(json.loads, (out / "results.jsonl").read_text().splitlines())}
+    records = {r.id: r for r in load_dataset(str(data))}
+    assert {i: r["evidence"] for i, r in rows.items()} == {f"q{i}": [f"passage about drug {i}"] for i in range(6)}
+    scorer = packaged_scorer()
+    for metric in STATE_VALUES:
+        values = {v["id"]: v["value"] for v in map(json.loads, (out / f"state_values.{metric}.jsonl").read_text().splitlines())}
+        assert len(values) == 6 and all(v is not None for v in values.values())
+        stored = load_calibration(model_id="scripted-looking", metric=metric, task="yn")
+        assert stored.task == "yn" and default_calibration_path("scripted-looking", metric, "yn").is_file()
+        for qid in ("q1", "q4"):  # one wrong "yes" and one wrong "no"
+            question, answer = format_question(records[qid]), rows[qid]["answer"]
+            context = evidence_context(question, rows[qid]["evidence"])
+            if metric in ("cppl", "uct"):
+                expected = scorer.score(question, answer, metric=metric)
+            elif metric == "answer_prob":
+                expected = choice_value({c: sum(scorer.token_logprobs(context, f"Conclusion: {c}"))
+                                         for c in ("yes", "no", "maybe")}, answer)
+            else:
+                expected = token_logprobs_to_metric(scorer.token_logprobs(context, answer), metric.split("_")[0])
+            assert values[qid] == pytest.approx(expected, rel=1e-6), (metric, qid)
+    # evidence changes the value: the evidence-conditioned cppl is not the paper's
+    paper = {v["id"]: v["value"] for v in map(json.loads, (out / "state_values.cppl.jsonl").read_text().splitlines())}
+    given = {v["id"]: v["value"] for v in map(json.loads, (out / "state_values.cppl_evidence.jsonl").read_text().splitlines())}
+    assert all(abs(paper[q] - given[q]) > 1e-6 * paper[q] for q in paper)
+    assert "best AUROC first" in result.output
+
+
+def test_sigma_auto_picks_the_state_value_with_the_best_auroc_on_the_task(cache):
+    from tcrag_langgraph.monitor.calibration import resolve_monitor
+
+    model = "scripted-named"  # NamedModel's id
+    for metric, auroc, supported in (("cppl", 0.60, True), ("uct_evidence", 0.80, True), ("answer_prob", 0.90, True),
+                                     ("cppl_evidence", 0.95, False)):
+        save_calibration(_calibration(model_id=model, metric=metric, auroc=auroc, sigma=auroc / 2, task="pubmedqa",
+                                      details={"supported": supported}))
+    save_calibration(_calibration(model_id=model, metric="uct", auroc=0.99, sigma=7.0, task="medmcqa",
+                                  details={"supported": True}))
+    auto = TCRAGConfig(sigma="auto", calibration_task="pubmedqa")
+    # answer_prob needs the allowed answers declared; the unsupported cppl_evidence is never picked
+    assert resolve_monitor(auto, model) == ("uct_evidence", 0.4)
+    assert resolve_monitor(auto.merged({"answer_format": ["yes", "no", "maybe"]}), model) == ("answer_prob", 0.45)
+    assert resolve_monitor(TCRAGConfig(sigma="auto", calibration_task="medmcqa"), model) == ("uct", 7.0)
+    # a metric the configuration sets itself stays; merging other options keeps it "not set"
+    assert resolve_monitor(auto.merged({"metric": "cppl"}), model) == ("cppl", 0.3)
+    assert resolve_monitor(auto.merged({"max_steps": 3}), model) == ("uct_evidence", 0.4)
+    # several tasks and none named: which one is ambiguous for uct? only medmcqa has it -> found
+    assert resolve_monitor(TCRAGConfig(sigma="auto", metric="uct"), model) == ("uct", 7.0)
+    with pytest.raises(ValueError, match="say which one"):
+        save_calibration(_calibration(model_id=model, metric="uct", auroc=0.5, sigma=2.0, task="pubmedqa"))
+        resolve_monitor(TCRAGConfig(sigma="auto", metric="uct"), model)
+    # the graph builds with what the calibration chose
+    from tcrag_langgraph import build_graph
+    from tests.eval.helpers import NamedModel
+
+    out = build_graph(model=NamedModel(responses=["Conclusion: yes"]), scorer=ScriptedScorer(),
+                      config=TCRAGConfig(sigma="auto", calibration_task="pubmedqa", max_steps=2)).invoke({"question": "q?"})
+    assert (out["metric"], out["sigma"]) == ("uct_evidence", 0.4)
+
+
+def test_medmcqa_calibration_split_is_disjoint_from_dev():
+    from tcrag_langgraph.eval.datasets import load_dataset
+
+    dev = {r.id for r in load_dataset("medmcqa")}
+    calibration = {r.id for r in load_dataset("medmcqa", split="calibration")}
+    everything = {r.id for r in load_dataset("medmcqa", split="all")}
+    assert dev.isdisjoint(calibration) and dev | calibration == everything
+    assert 0.08 < len(calibration) / len(everything) < 0.17
+    with pytest.raises(ValueError, match="unknown MedMCQA split"):
+        load_dataset("medmcqa", split="test")

@@ -118,7 +118,7 @@ def test_calibrate_crp_rag_stores_its_sufficiency_threshold_for_auto(app, data, 
     report = json.loads((out / "calibration.json").read_text())
     # path scores: correct (drugs 0, 2, 4) 1.0, 2.0, 1.5; wrong 8.0 -> Youden threshold (2 + 8) / 2
     assert report["method"] == "crp-rag" and report["auroc"] == 1.0 and report["proposal"]["sigma"] == 5.0
-    stored = default_calibration_path("scripted-named+crp-rag", "cppl")
+    stored = default_calibration_path("scripted-named+crp-rag", "cppl", "yn")  # stored per task
     assert stored.exists() and f"stored for sufficiency_threshold='auto' (model 'scripted-named+crp-rag'): {stored}" \
         in result.output.replace("\n", ""), result.output
     graph = build_method("crp-rag", model=crp_model(), tools=doc_tools(), scorer=reasoning_drug_scorer(),
