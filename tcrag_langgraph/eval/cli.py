@@ -183,6 +183,9 @@ def _sigma_option(value: str, metric: str, model: Any, task: Optional[str] = Non
     try:
         cfg = TCRAGConfig(metric=metric, sigma=value, calibration_task=task)
         return float(resolve_sigma(cfg, chat_model_id(model) if cfg.sigma == "auto" else ""))
+    except ValidationError as exc:  # the first problem, in pydantic's own words, without its dump
+        raise typer.BadParameter(exc.errors()[0]["msg"].removeprefix("Value error, "),
+                                 param_hint=hint or f"--sigma-{metric}") from None
     except (ValueError, CalibrationNotFoundError) as exc:
         raise typer.BadParameter(str(exc), param_hint=hint or f"--sigma-{metric}") from exc
 

@@ -19,11 +19,42 @@ from typing import Any, Callable, Literal, Optional
 
 import typer
 from rich.console import Console
+from typer.core import TyperGroup
 
 from ..machine.config import TCRAGConfig
-from .run_options import FACE_DEFAULTS, UserError
+from .run_options import FACE_DEFAULTS, UserError, one_line
+
+class _OneLineErrors(TyperGroup):
+    """The ``tcrag`` group: a usage error of any sub-command (a bad option value, a missing option, an
+    unknown one) is one line on stderr with exit status 2, like a :class:`UserError`, not a boxed
+    usage screen."""
+
+    def main(self, args=None, prog_name=None, complete_var=None, standalone_mode=True, **extra):  # type: ignore[override]
+        if not standalone_mode:
+            return super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
+        from typer._click import exceptions as click_errors
+
+        try:
+            code = super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
+        except click_errors.NoArgsIsHelpError as exc:  # `tcrag` alone: the help, as before
+            exc.show()
+            sys.exit(exc.exit_code)
+        except click_errors.ClickException as exc:
+            kind = "Invalid option" if isinstance(exc, click_errors.BadParameter) else "Usage"
+            command = getattr(getattr(exc, "ctx", None), "command_path", None) or "tcrag"
+            from rich.markup import escape
+
+            Console(stderr=True).print(f"[red]{kind}:[/] {escape(one_line(exc.format_message()))} "
+                                       f"(see {escape(command)} --help)", highlight=False, soft_wrap=True)
+            sys.exit(exc.exit_code)
+        except click_errors.Abort:
+            Console(stderr=True).print("Aborted.")
+            sys.exit(1)
+        sys.exit(code if isinstance(code, int) else 0)
+
 
 app = typer.Typer(
+    cls=_OneLineErrors,
     name="tcrag",
     help="TC-RAG: a retrieval-augmented agent with stack memory and a state monitor, on LangGraph.",
     no_args_is_help=True,
