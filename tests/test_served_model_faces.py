@@ -113,3 +113,59 @@ def test_eval_and_calibrate_take_the_served_model_and_its_monitor(served, tmp_pa
     assert result.exit_code == 0, result.output
     values = [json.loads(line) for line in (tmp_path / "cal" / "state_values.jsonl").read_text().splitlines()]
     assert values and all(v["value"] is None or v["value"] > 0 for v in values)
+
+
+def test_serve_with_a_served_model_keeps_its_monitor(served, lm, tmp_path):
+    """`tcrag serve --model openai:NAME --base-url --api-key-env --scorer`: the served run is the run
+    `tcrag ask` makes with the same options (whose values the first test checks against the weights)."""
+    import httpx
+
+    from .helpers_servers import free_port, server_process, users_file
+
+    options = ["--scorer", served, "--scorer-start-text", lm.tokenizer.bos_token, "--no-tools", "--max-steps", "2",
+               "--max-new-tokens", "24", "--temperature", "0"]
+    asked = runner.invoke(app, ["ask", Q, *_served_args(served), *options, "--json"], env={KEY_ENV: API_KEY})
+    assert asked.exit_code in (0, 1), asked.output
+    expected = json.loads(asked.stdout[asked.stdout.index("{"):])
+    assert expected["state_value"] is not None and expected["halt_reason"] != "model_error"
+    token = "serve-served-token-0123456789"
+    users = users_file(tmp_path / "users.json", {token: {"identity": "tester"}})
+    port = free_port()
+    cmd = python_cmd("-m", "tcrag_langgraph.faces.cli", "serve", "--port", str(port), "--users-file", str(users),
+                     *_served_args(served), *options)
+    with server_process(cmd, ready_url=f"http://127.0.0.1:{port}/healthz", log=tmp_path / "serve.log",
+                        env={KEY_ENV: API_KEY}, timeout=120):
+        body = {"input": {"messages": [{"type": "human", "content": Q}]}}
+        r = httpx.post(f"http://127.0.0.1:{port}/tcrag/invoke", json=body,
+                       headers={"Authorization": f"Bearer {token}"}, timeout=300)
+        assert r.status_code == 200, r.text
+    meta = r.json()["output"]["response_metadata"]
+    assert meta["halt_reason"] == expected["halt_reason"] and meta["metric"] == "cppl"
+    assert meta["state_value"] == pytest.approx(expected["state_value"], rel=1e-6)
+    assert meta["stack"] == [f["action"] for f in expected["stack"]]
+    assert API_KEY not in (tmp_path / "serve.log").read_text()
+
+
+def test_studio_takes_its_model_and_monitor_from_the_environment(served, lm, monkeypatch):
+    """Studio has no command line: TCRAG_MODEL / TCRAG_BASE_URL / TCRAG_API_KEY_ENV / TCRAG_SCORER name
+    what --model / --base-url / --api-key-env / --scorer name for ask; the monitor keeps scoring."""
+    from tcrag_langgraph.faces.run_options import UserError
+    from tcrag_langgraph.faces.studio import make_graph
+
+    for name, value in (("TCRAG_MODEL", "openai:smollm2"), ("TCRAG_BASE_URL", served), ("TCRAG_API_KEY_ENV", KEY_ENV),
+                        (KEY_ENV, API_KEY), ("TCRAG_SCORER", served),
+                        ("TCRAG_SCORER_START_TEXT", lm.tokenizer.bos_token)):
+        monkeypatch.setenv(name, value)
+    monkeypatch.delenv("TCRAG_STUDIO_SCRIPTED", raising=False)
+    graph = make_graph(tools=False)
+    out = graph.invoke({"question": Q}, context={"max_steps": 2, "max_new_tokens": 24, "temperature": 0.0})
+    assert out["llm_calls"] >= 1 and out["halt_reason"] != "model_error", out.get("error")
+    scored = _scored([e.model_dump() for e in out["trace"]])
+    assert scored, out["trace"]
+    local = LocalLMScorer(lm, prefix_cache=0)
+    for text, value in scored:
+        assert value == pytest.approx(local.score(Q, text, metric="cppl"), rel=1e-3)
+    monkeypatch.setenv("TCRAG_API_KEY_ENV", "TCRAG_TEST_UNSET_KEY")
+    monkeypatch.delenv("TCRAG_TEST_UNSET_KEY", raising=False)
+    with pytest.raises(UserError, match="TCRAG_TEST_UNSET_KEY"):
+        make_graph(tools=False)

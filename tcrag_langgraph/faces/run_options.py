@@ -13,6 +13,7 @@ import os
 from typing import Any, Optional
 
 __all__ = ["FACE_DEFAULTS", "ES_URL_ENV", "ES_INDEX_ENV", "ES_API_KEY_ENV", "METHOD_ENV", "MODEL_ENV",
+           "BASE_URL_ENV", "API_KEY_ENV_ENV", "SCORER_ENV", "SCORER_MODEL_ENV", "SCORER_START_ENV",
            "UserError", "one_line", "api_key_from_env", "make_generator", "make_scorer", "make_tools",
            "check_sigma", "check_method", "build_for_face", "monitor_refusal"]
 
@@ -30,6 +31,13 @@ ES_INDEX_ENV = "TCRAG_ES_INDEX"
 ES_API_KEY_ENV = "TCRAG_ES_API_KEY"
 METHOD_ENV = "TCRAG_METHOD"
 MODEL_ENV = "TCRAG_MODEL"
+#: Studio (``langgraph dev``) has no command line: these name its model and monitor as
+#: ``--base-url``, ``--api-key-env``, ``--scorer``, ``--scorer-model`` and ``--scorer-start-text`` do
+BASE_URL_ENV = "TCRAG_BASE_URL"
+API_KEY_ENV_ENV = "TCRAG_API_KEY_ENV"
+SCORER_ENV = "TCRAG_SCORER"
+SCORER_MODEL_ENV = "TCRAG_SCORER_MODEL"
+SCORER_START_ENV = "TCRAG_SCORER_START_TEXT"
 
 class UserError(Exception):
     """A problem with what the user gave: shown as ``<kind>: <message>`` on one line, exit status 2."""

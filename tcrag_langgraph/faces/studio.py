@@ -44,9 +44,15 @@ _build_lock = threading.Lock()
 
 def make_graph(*, script: Optional[str] = None, tools: bool = True, method: str = "tcrag"):
     """The graph Studio serves for registry method ``method``: scripted if ``script`` (or
-    ``$TCRAG_STUDIO_SCRIPTED``) is set, else the real agent (packaged local model, default tools,
-    the bounded budgets of ``tcrag ask``: :data:`~tcrag_langgraph.faces.run_options.FACE_DEFAULTS`).
-    Never has a checkpointer."""
+    ``$TCRAG_STUDIO_SCRIPTED``) is set, else the real agent with the default tools and the bounded
+    budgets of ``tcrag ask`` (:data:`~tcrag_langgraph.faces.run_options.FACE_DEFAULTS`). Its model
+    is the packaged one unless ``$TCRAG_MODEL`` names another as ``tcrag ask --model`` does (a
+    ``.gguf`` file, a model folder, ``provider:name``), with ``$TCRAG_BASE_URL`` and
+    ``$TCRAG_API_KEY_ENV`` (the NAME of the variable holding the key) for a served one; the monitor
+    is the model's own weights unless ``$TCRAG_SCORER`` (``$TCRAG_SCORER_MODEL``,
+    ``$TCRAG_SCORER_START_TEXT``) names another, as ``--scorer``; ``$TCRAG_ES_URL`` searches an
+    Elasticsearch index. A bad value is a :class:`~tcrag_langgraph.faces.run_options.UserError`
+    (one line in the server log). Never has a checkpointer."""
     from tcrag_langgraph.faces.run_options import FACE_DEFAULTS
     from tcrag_langgraph.machine.config import TCRAGConfig
     from tcrag_langgraph.methods.registry import build_method
@@ -62,9 +68,19 @@ def make_graph(*, script: Optional[str] = None, tools: bool = True, method: str 
         options = {"knowledge_boundary": False} if method == "kag-thinker" else None
         return build_method(method, model=parts["model"], tools=parts["tools"], scorer=parts["scorer"], config=cfg,
                             options=options)
-    from tcrag_langgraph.tools import default_tools
+    from tcrag_langgraph.faces import run_options as face
 
-    return build_method(method, config=TCRAGConfig(**FACE_DEFAULTS), tools=default_tools() if tools else [])
+    env = {name: os.environ.get(name) or None for name in (
+        face.MODEL_ENV, face.BASE_URL_ENV, face.API_KEY_ENV_ENV, face.SCORER_ENV, face.SCORER_MODEL_ENV,
+        face.SCORER_START_ENV, face.ES_URL_ENV, face.ES_INDEX_ENV)}
+    cfg = TCRAGConfig(**FACE_DEFAULTS)
+    api_key = face.api_key_from_env(env[face.API_KEY_ENV_ENV], flag=face.API_KEY_ENV_ENV)
+    generator = face.make_generator(env[face.MODEL_ENV], base_url=env[face.BASE_URL_ENV], api_key=api_key,
+                                    max_new_tokens=cfg.max_new_tokens, temperature=cfg.temperature)
+    scorer = face.make_scorer(env[face.SCORER_ENV], generator=generator, served_model=env[face.SCORER_MODEL_ENV],
+                              api_key=api_key, start_text=env[face.SCORER_START_ENV] or "")
+    return face.build_for_face(method, model=generator, config=cfg, scorer=scorer,
+                               tools=face.make_tools(tools, es_url=env[face.ES_URL_ENV], es_index=env[face.ES_INDEX_ENV]))
 
 
 def _the_graph(method: str = "tcrag"):
