@@ -323,6 +323,8 @@ def _run_one(
         "error": error or result.error,
         "seed": seed,
         "repeated_executed_calls": repeated_executed_calls(result.trace),
+        # Conclusions the state monitor rejected, in order (what a rejection changed: eval.rejections)
+        "rejected": [e.content for e in result.trace if e.action == "Conclusion" and e.op == "reject"],
         "repeated_refused_calls": result.repeated_tool_calls,
         **cost.to_dict(),
     }

@@ -179,3 +179,24 @@ def test_concurrent_runs_give_the_same_rows_in_the_same_order(tmp_path):
     assert peak[0] > 1  # the second setting really ran several at once
     with pytest.raises(ValueError, match="concurrency"):
         run_evaluation(records, graphs, progress=False, concurrency=0)
+
+
+def test_rows_keep_the_evidence_and_the_rejected_conclusions_and_what_a_rejection_changed():
+    from tcrag_langgraph.eval.rejections import rejection_effects
+
+    graphs = build_methods(
+        ["tcrag-cppl", "sr-rag"],
+        model=model("Conclusion: no", "Tool_Use: DOC_RAG\nTool_Input: aspirin", "Conclusion: yes"),
+        tools=[make_doc_tool()],
+        scorer=TextScorer({"yes": 2.0}, default=50.0),
+    )
+    tc, sr = run_evaluation(RECS[:1], graphs, progress=False)
+    assert tc["rejected"] == ["no"] and tc["answer"] == "yes" and tc["validated"]
+    assert tc["evidence"] == ["passage about aspirin"] and tc["metric"] == "cppl" and tc["sigma"] == 10.0
+    assert sr["rejected"] == [] and sr["evidence"]  # SR-RAG's knowledge is its evidence
+    effects = rejection_effects([tc, sr], RECS[:1])
+    gold_yes = RECS[0].answers[0] == "yes"
+    e = effects["tcrag-cppl"]
+    assert (e.questions, e.rejected, e.changed) == (1, 1, 1)
+    assert (e.wrong_to_right, e.right_to_wrong) == ((1, 0) if gold_yes else (0, 1))
+    assert effects["sr-rag"].rejected == 0
