@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import importlib
 import json
+import types
 from pathlib import Path
 from typing import Any, Optional
 
@@ -513,6 +514,8 @@ def register(app: typer.Typer) -> None:
         from ..models.local import chat_model_id
         from ..monitor.calibration import Calibration, save_calibration
         from .calibration import auroc_interval, calibrate
+        from rich.progress import track
+
         from ..machine import answer_format
         from ..monitor.state_values import measure
         from .datasets import answer_format_for, format_question, sample_records, task_name
@@ -588,7 +591,7 @@ def register(app: typer.Typer) -> None:
                 return state_scorer.score(question, text, metric=metric)
             return state_scorer(question, text, metric=metric)
 
-        def value_of(one: str, row: dict[str, Any]) -> Optional[float]:
+        def value_of(one: str, row: dict[str, Any], scorer: Any) -> Optional[float]:
             """The state value ``one`` of a finished run's answer: the rule the stack machine applies
             (:func:`measure`), on the question, the answer and the evidence the run stood on."""
             record = by_id[row["id"]]
@@ -598,25 +601,46 @@ def register(app: typer.Typer) -> None:
                 if not isinstance(fmt, tuple):
                     return None  # no list of allowed answers to weigh (open or multi-answer questions)
                 choices, text = fmt, answer_format.fit(fmt, text)
-            return float(measure(one, format_question(record, include_context=context), text, score=score_with,
-                                 token_logprobs=getattr(state_scorer, "token_logprobs", None) or _no_logprobs,
+            return float(measure(one, format_question(record, include_context=context), text, score=scorer.score,
+                                 token_logprobs=getattr(scorer, "token_logprobs", None) or _no_logprobs,
                                  evidence=row.get("evidence") or [], choices=choices))
 
+        # Question by question, every value of it at once: the evidence values and answer_prob share
+        # one context, which the scorer's prefix cache then evaluates once (and identical log-prob
+        # requests, cppl_evidence's and uct_evidence's, are asked once).
+        measured: dict[tuple[str, int], Optional[float]] = {}
+        if not sufficiency:
+            raw_logprobs = getattr(state_scorer, "token_logprobs", None)
+            if callable(raw_logprobs):
+                asked: dict[tuple[str, str], list[float]] = {}
+
+                def once(context: str, text: str, _raw=raw_logprobs) -> list[float]:
+                    if (context, text) not in asked:
+                        asked.clear()  # one question's requests at a time
+                        asked[(context, text)] = list(_raw(context, text))
+                    return asked[(context, text)]
+
+                memo_scorer = types.SimpleNamespace(score=score_with, token_logprobs=once)
+            else:
+                memo_scorer = types.SimpleNamespace(score=score_with)
+            todo = [(i, row) for i, row in enumerate(rows) if row.get("answer")]
+            steps = track(todo, description=f"state values ({', '.join(metrics)})", console=console) \
+                if progress else todo
+            for i, row in steps:
+                for one in metrics:
+                    try:
+                        measured[(one, i)] = value_of(one, row, memo_scorer)
+                    except Exception as exc:  # an unscorable answer is missing, not a value
+                        console.print(f"[yellow]could not score {row['id']} ({one}): {exc}[/]")
         table: list[tuple[str, Any, float, float, bool]] = []
         for one in metrics:
             suffix = "" if len(metrics) == 1 else f".{one}"
             values: list[Optional[float]] = []
             scored = []
-            for row in rows:
+            for i, row in enumerate(rows):
                 answer = row.get("answer")
-                value: Optional[float] = None
-                if sufficiency:  # the path score the run measured (None where nothing was retrieved)
-                    value = row.get("state_value")
-                elif answer:
-                    try:
-                        value = value_of(one, row)
-                    except Exception as exc:  # an unscorable answer is missing, not a value
-                        console.print(f"[yellow]could not score {row['id']} ({one}): {exc}[/]")
+                # CRP-RAG: the path score the run measured (None where nothing was retrieved)
+                value = row.get("state_value") if sufficiency else measured.get((one, i))
                 values.append(value)
                 scored.append({"id": row["id"], "value": value, "correct": bool(row.get("correct")), "answer": answer})
             (out / f"state_values{suffix}.jsonl").write_text(
