@@ -19,7 +19,7 @@ import importlib
 import json
 import types
 from pathlib import Path
-from typing import Any, Optional
+from typing import Annotated, Any, Optional
 
 import typer
 from pydantic import ValidationError
@@ -29,6 +29,32 @@ __all__ = ["register", "load_factory", "resolve_model", "resolve_tools", "resolv
 
 console = Console(stderr=True)
 
+
+
+# ----- options `tcrag eval` and `tcrag calibrate` share (declared once) -----
+DatasetOpt = Annotated[str, typer.Option(help="pubmedqa, medmcqa, or a JSONL path")]
+SeedOpt = Annotated[int, typer.Option(help="seed for sampling questions and for generation")]
+ContextOpt = Annotated[bool, typer.Option("--context/--no-context", help="give the dataset's context passage")]
+ModelOpt = Annotated[str, typer.Option(help="local, a transformers folder, a .gguf file, a served model as "
+                                       "provider:name (e.g. openai:NAME), or a Python function returning a chat "
+                                       "model (module:function)")]
+ToolsOpt = Annotated[str, typer.Option(help="none, default, docs, web (comma-separated) or a Python function "
+                                       "returning tools (module:function)")]
+ScorerOpt = Annotated[str, typer.Option(help="the state monitor: local (the model's own weights), a vLLM or SGLang "
+                                        "completions server address, a local model folder or .gguf file, or a "
+                                        "Python function returning a scorer (module:function)")]
+BaseUrlOpt = Annotated[Optional[str], typer.Option(help="served models: the server's API address, e.g. "
+                                                   "http://127.0.0.1:8000/v1")]
+ApiKeyEnvOpt = Annotated[Optional[str], typer.Option(metavar="NAME", help="served models and --scorer servers: the "
+                                                     "environment variable holding the API key")]
+ScorerModelOpt = Annotated[Optional[str], typer.Option(metavar="NAME", help="the model name the --scorer server "
+                                                       "knows the model by (default: the name in --model)")]
+ScorerStartOpt = Annotated[str, typer.Option(help="text the --scorer server puts before what it scores (the model's "
+                                             "start token, for servers that add none)")]
+MaxStepsOpt = Annotated[int, typer.Option(min=1, help="actions before the final answer is asked for")]
+MaxNewTokensOpt = Annotated[int, typer.Option(min=1, help="tokens the model may write per reply")]
+TemperatureOpt = Annotated[float, typer.Option(min=0.0, help="sampling temperature (0 = greedy)")]
+ProgressOpt = Annotated[bool, typer.Option("--progress/--no-progress", help="show a progress bar")]
 
 def load_factory(spec: str) -> Any:
     """``"package.module:callable"`` -> the callable's result.
@@ -317,34 +343,25 @@ def register(app: typer.Typer) -> None:
 
     @app.command("eval")
     def eval_command(
-        dataset: str = typer.Option(..., help="pubmedqa, medmcqa, or a JSONL path"),
+        dataset: DatasetOpt = ...,
         method: list[str] = typer.Option(["base", "tcrag-cppl"], help="method name(s), repeat or comma-separate; 'all'"),
         limit: Optional[int] = typer.Option(None, min=1, help="evaluate this many questions"),
-        seed: int = typer.Option(0, help="seed for sampling questions and for generation"),
+        seed: SeedOpt = 0,
         out: Path = typer.Option(..., help="output folder (results.jsonl, summary.md/.csv, plot); reruns resume"),
         split: Optional[str] = typer.Option(None, help="PubMedQA: test (default), trainval, all"),
-        context: bool = typer.Option(True, "--context/--no-context", help="give the dataset's context passage"),
+        context: ContextOpt = True,
         long_answers: bool = typer.Option(False, help="PubMedQA: score the long answer (BLEU/ROUGE) instead of yes/no/maybe"),
         fields: Optional[str] = typer.Option(None, help='JSONL field mapping as JSON, e.g. {"question": "q"}'),
         task: Optional[str] = typer.Option(None, help="JSONL: force mcq, yesno or open"),
         answer_index_base: Optional[int] = typer.Option(None, help="JSONL: integer answers are 0- or 1-based"),
-        model: str = typer.Option("local", help="local, a transformers folder, a .gguf file, a served model as "
-                                  "provider:name (e.g. openai:NAME), or a Python function returning a chat model "
-                                  "(module:function)"),
-        tools: str = typer.Option("none", help="none, default, docs, web (comma-separated) or a Python function "
-                                  "returning tools (module:function)"),
+        model: ModelOpt = "local",
+        tools: ToolsOpt = "none",
         exclude_eval_docs: bool = typer.Option(False, help="docs tool: drop the evaluated questions' own abstracts"),
-        scorer: str = typer.Option("local", help="the state monitor: local (the model's own weights), a vLLM or "
-                                   "SGLang completions server address, a local model folder or .gguf file, or a "
-                                   "Python function returning a scorer (module:function)"),
-        base_url: Optional[str] = typer.Option(None, help="served models: the server's API address, e.g. "
-                                               "http://127.0.0.1:8000/v1"),
-        api_key_env: Optional[str] = typer.Option(None, metavar="NAME", help="served models and --scorer servers: "
-                                                  "the environment variable holding the API key"),
-        scorer_model: Optional[str] = typer.Option(None, metavar="NAME", help="the model name the --scorer server "
-                                                   "knows the model by (default: the name in --model)"),
-        scorer_start_text: str = typer.Option("", help="text the --scorer server puts before what it scores (the "
-                                              "model's start token, for servers that add none)"),
+        scorer: ScorerOpt = "local",
+        base_url: BaseUrlOpt = None,
+        api_key_env: ApiKeyEnvOpt = None,
+        scorer_model: ScorerModelOpt = None,
+        scorer_start_text: ScorerStartOpt = "",
         es_url: Optional[str] = typer.Option(None, envvar="TCRAG_ES_URL", help="search documents in this "
                                              "Elasticsearch server (tcrag index --es-url) instead of the embedded "
                                              "collection"),
@@ -358,15 +375,15 @@ def register(app: typer.Typer) -> None:
         calibration_task: Optional[str] = typer.Option(None, help="the task whose stored calibration 'auto' "
                                                        "reads (default: the dataset: pubmedqa, medmcqa, or the "
                                                        "JSONL file's name)"),
-        max_steps: int = typer.Option(12, min=1, help="actions before the final answer is asked for"),
-        max_new_tokens: int = typer.Option(500, min=1, help="tokens the model may write per reply"),
-        temperature: float = typer.Option(0.6, min=0.0, help="sampling temperature (0 = greedy)"),
+        max_steps: MaxStepsOpt = 12,
+        max_new_tokens: MaxNewTokensOpt = 500,
+        temperature: TemperatureOpt = 0.6,
         attack: Optional[str] = typer.Option(None, help="noise attack on the first retrieval: structural or partial"),
         noise: str = typer.Option("irrelevant", help="irrelevant, relevant or mixed"),
         method_options: Optional[str] = typer.Option(
             None, help='own options of the papers\' methods as JSON, e.g. {"crp-rag": {"fan_out": 2, "max_depth": 2}} '
             "(recorded with the run)"),
-        progress: bool = typer.Option(True, "--progress/--no-progress", help="show a progress bar"),
+        progress: ProgressOpt = True,
         concurrency: int = typer.Option(1, min=1, help="questions in flight at once (for a served model whose "
                                         "server batches them; greedy results are the same for any value)"),
     ) -> None:
@@ -463,7 +480,7 @@ def register(app: typer.Typer) -> None:
 
     @app.command("calibrate")
     def calibrate_command(
-        dataset: str = typer.Option(..., help="pubmedqa, medmcqa, or a JSONL path"),
+        dataset: DatasetOpt = ...,
         split: Optional[str] = typer.Option(None, help="PubMedQA: use trainval (the default here) to keep test clean"),
         metric: str = typer.Option("cppl", help="state values, comma-separated, or all: cppl, uct (the paper's), "
                                    "cppl_evidence, uct_evidence, answer_prob (one run of the method, each value "
@@ -473,31 +490,23 @@ def register(app: typer.Typer) -> None:
         method: str = typer.Option("wo-monitor", help="method producing the answers (its monitor is not used)"),
         rule: str = typer.Option("youden", help="youden or accuracy"),
         limit: Optional[int] = typer.Option(None, min=1, help="use this many questions (a sample; default: all)"),
-        seed: int = typer.Option(0, help="seed for sampling questions and for generation"),
+        seed: SeedOpt = 0,
         out: Path = typer.Option(..., help="output folder (results.jsonl, calibration.json); reruns resume"),
-        context: bool = typer.Option(True, "--context/--no-context", help="give the dataset's context passage"),
-        model: str = typer.Option("local", help="local, a transformers folder, a .gguf file, a served model as "
-                                  "provider:name, or a Python function returning a chat model (module:function)"),
-        tools: str = typer.Option("none", help="none, default, docs, web (comma-separated) or a Python function "
-                                  "returning tools (module:function)"),
-        scorer: str = typer.Option("local", help="the state monitor: local (the model's own weights), a vLLM or "
-                                   "SGLang completions server address, a local model folder or .gguf file, or a "
-                                   "Python function returning a scorer (module:function)"),
-        base_url: Optional[str] = typer.Option(None, help="served models: the server's API address, e.g. "
-                                               "http://127.0.0.1:8000/v1"),
-        api_key_env: Optional[str] = typer.Option(None, metavar="NAME", help="served models and --scorer servers: "
-                                                  "the environment variable holding the API key"),
-        scorer_model: Optional[str] = typer.Option(None, metavar="NAME", help="the model name the --scorer server "
-                                                   "knows the model by (default: the name in --model)"),
-        scorer_start_text: str = typer.Option("", help="text the --scorer server puts before what it scores (the "
-                                              "model's start token, for servers that add none)"),
-        max_steps: int = typer.Option(12, min=1, help="actions before the final answer is asked for"),
-        max_new_tokens: int = typer.Option(500, min=1, help="tokens the model may write per reply"),
-        temperature: float = typer.Option(0.6, min=0.0, help="sampling temperature (0 = greedy)"),
-        progress: bool = typer.Option(True, "--progress/--no-progress", help="show a progress bar"),
+        context: ContextOpt = True,
+        model: ModelOpt = "local",
+        tools: ToolsOpt = "none",
+        scorer: ScorerOpt = "local",
+        base_url: BaseUrlOpt = None,
+        api_key_env: ApiKeyEnvOpt = None,
+        scorer_model: ScorerModelOpt = None,
+        scorer_start_text: ScorerStartOpt = "",
+        max_steps: MaxStepsOpt = 12,
+        max_new_tokens: MaxNewTokensOpt = 500,
+        temperature: TemperatureOpt = 0.6,
+        progress: ProgressOpt = True,
         save: bool = typer.Option(True, "--save/--no-save", help="store the sigma for sigma='auto' (ask/eval/serve/build_graph)"),
         calibration_file: Optional[Path] = typer.Option(
-            None, help="where to store it (default: $TCRAG_CACHE_DIR/calibration/<model-id>.<metric>.json)"),
+            None, help="where to store it (default: $TCRAG_CACHE_DIR/calibration/<model-id>.<task>.<metric>.json)"),
         model_id: Optional[str] = typer.Option(None, help="the id to store it under (default: the model's own name)"),
         save_unsupported: bool = typer.Option(False, help="store the sigma even when the value does not separate "
                                               "correct from wrong answers (AUROC <= 0.5)"),

@@ -182,10 +182,10 @@ def check_sigma(cfg: Any, generator: Any) -> None:
     if cfg.sigma != "auto":
         return
     from ..models.local import chat_model_id
-    from ..monitor.calibration import CalibrationNotFoundError, resolve_sigma
+    from ..monitor.calibration import CalibrationNotFoundError, resolve_monitor
 
     try:
-        resolve_sigma(cfg, chat_model_id(generator))
+        resolve_monitor(cfg, chat_model_id(generator))  # what the graph build will resolve
     except CalibrationNotFoundError as exc:
         raise UserError("Not calibrated", f"--sigma auto: {exc}") from None
     except ValueError as exc:
