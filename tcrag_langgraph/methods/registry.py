@@ -10,14 +10,14 @@ name               what it is
                    (Thought / Plan / Tool_Use / Conclusion, the model decides when to stop)
 ``tcrag-cppl``     TC-RAG, state monitor on conditional perplexity
 ``tcrag-uct``      TC-RAG, state monitor on uncertainty
+``wo-backtrack``   TC-RAG without the Backtrack action
+``wo-summary``     TC-RAG without the Summary action
+``wo-monitor``     TC-RAG without the state monitor (the model's Conclusion ends the run)
 ``tcrag-cppl-ev``  TC-RAG, state monitor on cppl given the question and the tool observations
 ``tcrag-uct-ev``   TC-RAG, state monitor on uct given the question and the tool observations
 ``tcrag-answer``   TC-RAG, state monitor on 1 - the probability of the chosen answer (answer_prob)
 ``tcrag-auto``     TC-RAG with sigma="auto": the state value and sigma the model's calibration on the
                    task chose (best AUROC; tcrag calibrate --metric all)
-``wo-backtrack``   TC-RAG without the Backtrack action
-``wo-summary``     TC-RAG without the Summary action
-``wo-monitor``     TC-RAG without the state monitor (the model's Conclusion ends the run)
 =================  ==============================================================================
 
 The registry of every method the library has: the faces (``tcrag ask/serve``, Studio) and the
@@ -99,6 +99,9 @@ METHODS: dict[str, MethodSpec] = {
                    {"enable_backtrack": False, "enable_summary": False, "enable_state_monitor": False}),
         MethodSpec("tcrag-cppl", "TC-RAG-cppl", "Ours", _TCRAG, {"metric": "cppl"}, uses_scorer=True),
         MethodSpec("tcrag-uct", "TC-RAG-uct", "Ours", _TCRAG, {"metric": "uct"}, uses_scorer=True),
+        MethodSpec("wo-backtrack", "w/o Backtrack", "Ablations", _TCRAG, {"enable_backtrack": False}, uses_scorer=True),
+        MethodSpec("wo-summary", "w/o Summary", "Ablations", _TCRAG, {"enable_summary": False}, uses_scorer=True),
+        MethodSpec("wo-monitor", "w/o State Monitor", "Ablations", _TCRAG, {"enable_state_monitor": False}),
         # beyond the paper (monitor/state_values.py): the same machine, other state values
         MethodSpec("tcrag-cppl-ev", "TC-RAG-cppl+evidence", "Ours", _TCRAG, {"metric": "cppl_evidence"},
                    uses_scorer=True),
@@ -106,9 +109,6 @@ METHODS: dict[str, MethodSpec] = {
                    uses_scorer=True),
         MethodSpec("tcrag-answer", "TC-RAG-answer-prob", "Ours", _TCRAG, {"metric": "answer_prob"}, uses_scorer=True),
         MethodSpec("tcrag-auto", "TC-RAG-auto", "Ours", _TCRAG, {"sigma": "auto"}, uses_scorer=True),
-        MethodSpec("wo-backtrack", "w/o Backtrack", "Ablations", _TCRAG, {"enable_backtrack": False}, uses_scorer=True),
-        MethodSpec("wo-summary", "w/o Summary", "Ablations", _TCRAG, {"enable_summary": False}, uses_scorer=True),
-        MethodSpec("wo-monitor", "w/o State Monitor", "Ablations", _TCRAG, {"enable_state_monitor": False}),
         MethodSpec("crp-rag", "CRP-RAG", "Papers", "tcrag_langgraph.methods.crp_rag:build_crp_rag_graph",
                    uses_scorer=True, takes_options=True),
         MethodSpec("diffrag", "TCM-DiffRAG", "Papers", "tcrag_langgraph.methods.diffrag:build_diffrag_graph",

@@ -98,7 +98,7 @@ def measure(metric: str, question: str, text: str, *, score: Callable[..., float
     Example:
         >>> lp = lambda context, text: [-0.1] if "yes" in text else [-2.3]
         >>> round(measure("answer_prob", "Q?", "yes", score=None, token_logprobs=lp, choices=("yes", "no")), 4)
-        0.1091
+        0.0998
         >>> round(measure("cppl_evidence", "Q?", "yes", score=None, token_logprobs=lp, evidence=["doc"]), 4)
         1.1052
     """
