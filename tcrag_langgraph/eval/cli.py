@@ -15,6 +15,7 @@ a chat model, a list of tools, or a scorer), so any LangChain model or tool set 
 
 from __future__ import annotations
 
+import functools
 import importlib
 import json
 import types
@@ -526,7 +527,7 @@ def register(app: typer.Typer) -> None:
         from rich.progress import track
 
         from ..machine import answer_format
-        from ..monitor.state_values import measure
+        from ..monitor.state_values import measure, scorer_score
         from .datasets import answer_format_for, format_question, sample_records, task_name
         from ..methods.registry import build_methods
         from .runner import SettingsMismatch, run_evaluation
@@ -595,10 +596,7 @@ def register(app: typer.Typer) -> None:
                           f"({sum(labels)} correct of {len(labels)})")
             raise typer.Exit(code=1)
 
-        def score_with(question: str, text: str, *, metric: str) -> float:
-            if hasattr(state_scorer, "score"):
-                return state_scorer.score(question, text, metric=metric)
-            return state_scorer(question, text, metric=metric)
+        score_with = functools.partial(scorer_score, state_scorer)
 
         def value_of(one: str, row: dict[str, Any], scorer: Any) -> Optional[float]:
             """The state value ``one`` of a finished run's answer: the rule the stack machine applies

@@ -45,7 +45,7 @@ from pydantic import BaseModel, ConfigDict
 
 from ..models.local import cut_at_stop, resolve_chat_model, takes_generation_settings
 from ..monitor.scoring import MonitorUnavailableError, scorer_for_model
-from ..monitor.state_values import measure
+from ..monitor.state_values import measure, scorer_score
 from ..tools.layer import invoke_tool, is_tool_error
 from ..tools.layer.outcome import content_text
 from ..tools.tokens import count_tokens
@@ -203,9 +203,7 @@ class RunKernel:
             raise RunFailure("scorer_error", "MonitorUnavailableError: this run turned the state monitor on, but "
                              "the graph was built without one (its config had enable_state_monitor=False and no "
                              "scorer=): build it with a scorer to monitor runs")
-        if hasattr(self.scorer, "score"):
-            return _monitor_value(lambda: self.scorer.score(context, text, metric=metric))
-        return _monitor_value(lambda: self.scorer(context, text, metric=metric))
+        return _monitor_value(lambda: scorer_score(self.scorer, context, text, metric=metric))
 
     def state_value(self, metric: str, question: str, text: str, *, evidence: Sequence[str] = (),
                     choices: Optional[Sequence[str]] = None) -> float:

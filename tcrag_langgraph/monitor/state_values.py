@@ -33,7 +33,7 @@ import math
 from typing import Callable, Mapping, Optional, Sequence
 
 __all__ = ["STATE_VALUES", "PAPER_VALUES", "DEFAULT_SIGMA", "base_metric", "uses_evidence", "choice_value",
-           "evidence_context", "measure", "token_logprobs_to_metric"]
+           "evidence_context", "measure", "token_logprobs_to_metric", "scorer_score"]
 
 #: every selectable state value
 STATE_VALUES = ("cppl", "uct", "cppl_evidence", "uct_evidence", "answer_prob")
@@ -83,6 +83,14 @@ def choice_value(logprob_sums: Mapping[str, float], chosen: str) -> float:
     top = max(logprob_sums.values())
     weights = {answer: math.exp(value - top) for answer, value in logprob_sums.items()}
     return 1.0 - weights[chosen] / sum(weights.values())
+
+
+def scorer_score(scorer: object, query: str, text: str, *, metric: str) -> float:
+    """A scorer's eq. 2 / eq. 3 value: its ``score`` method, or the scorer itself when it is a plain
+    function ``(query, text, metric=...)``."""
+    if hasattr(scorer, "score"):
+        return scorer.score(query, text, metric=metric)  # type: ignore[attr-defined]
+    return scorer(query, text, metric=metric)  # type: ignore[operator]
 
 
 def measure(metric: str, question: str, text: str, *, score: Callable[..., float],
