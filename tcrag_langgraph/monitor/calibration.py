@@ -179,9 +179,9 @@ def load_calibration(path: str | os.PathLike[str] | None = None, *, model_id: st
 
 def _task_files(model_id: str, metric: str) -> dict[str, Path]:
     """The files of ``model_id``'s ``metric`` calibrations stored per task, by task."""
-    untasked = default_calibration_path(model_id, metric)
-    found = {}
-    for candidate in sorted(untasked.parent.glob(f"{glob_escape(untasked.name[: -len(f'.{metric}.json')])}.*.{metric}.json")):
+    folder = default_calibration_path(model_id, metric).parent
+    found: dict[str, Path] = {}
+    for candidate in sorted(folder.glob(f"{glob_escape(_file_safe(model_id))}.*.{metric}.json")):
         try:
             one = Calibration.from_dict(json.loads(candidate.read_text(encoding="utf-8")))
         except (OSError, json.JSONDecodeError, TypeError, ValueError):
