@@ -146,6 +146,10 @@ class LlamaCppModel:
     #: per scoring precision ("f16", "native"): a _ScoreState (weights, context, batch, cached tokens)
     scoring: dict = field(default_factory=dict)
     stats: CacheStats = field(default_factory=CacheStats)
+    #: leading tokens of the generation context's cache evaluated as plain decoding evaluates them (the
+    #: prompt in batches, each generated token alone); speculative verification leaves batched results
+    #: beyond it, which no later call may build on
+    exact_tokens: int = 0
 
     # ----- tokens -----
     def tokenize(self, text: str, *, special: bool = True) -> list[int]:
@@ -308,6 +312,9 @@ class SpeculativeStats:
     proposed: int = 0
     accepted: int = 0
     target_passes: int = 0
+    #: near ties the batched verification could not decide: the tokens since the last exact point were
+    #: evaluated again one at a time
+    resyncs: int = 0
 
     @property
     def acceptance_rate(self) -> float:
@@ -315,7 +322,7 @@ class SpeculativeStats:
 
     def as_dict(self) -> dict[str, float]:
         return {"proposed": self.proposed, "accepted": self.accepted, "target_passes": self.target_passes,
-                "acceptance_rate": self.acceptance_rate}
+                "resyncs": self.resyncs, "acceptance_rate": self.acceptance_rate}
 
 
 class LlamaCppChatModel(LocalChatModel):
@@ -490,6 +497,10 @@ class LlamaCppChatModel(LocalChatModel):
             self._calls += 1
             if not self.kv_cache:
                 llm.reset()
+                lm.exact_tokens = 0
+            if llm.n_tokens > lm.exact_tokens:  # cut what speculative verification left in batched form
+                llm._ctx.kv_cache_seq_rm(-1, lm.exact_tokens, -1)
+                llm.n_tokens = lm.exact_tokens
             reused = _reusable_prefix(llm, prompt)
             lm.stats.calls += 1
             lm.stats.prompt_tokens += len(prompt)
@@ -518,6 +529,8 @@ class LlamaCppChatModel(LocalChatModel):
                 close = getattr(tokens, "close", None)
                 if close is not None:
                     close()
+                if not use_draft:
+                    lm.exact_tokens = int(llm.n_tokens)
             # The reply may end without a final check (end-of-generation token): emit what is held back.
             text = lm.detokenize(new_ids)
             cut = _first_stop(text, stops)
@@ -597,15 +610,28 @@ def _log_softmax_at(row, target: int) -> float:
     return float(x[target] - m - math.log(np.exp(x - m).sum()))
 
 
+#: Batched and one-token logits of llama.cpp differ by up to ~0.4 (measured, see speculative_greedy);
+#: a verified argmax with a smaller margin over the runner-up is decided by the one-token kernels.
+NEAR_TIE_LOGITS = 1.0
+
+
 def speculative_greedy(target: LlamaCppModel, draft: LlamaCppModel, prompt: list[int], *, n_draft: int,
-                       stats: Optional[SpeculativeStats] = None) -> Iterator[int]:
+                       stats: Optional[SpeculativeStats] = None, near_tie: float = NEAR_TIE_LOGITS) -> Iterator[int]:
     """Yield the target model's greedy continuation of ``prompt``, using ``draft`` to propose tokens.
 
     Each round the draft proposes up to ``n_draft`` tokens greedily; the target evaluates the last
     accepted token plus the proposals in one batch with logits at every position, accepts proposals
     while they equal its own argmax, and adds its own token at the first disagreement (or after the
-    last proposal). The target's cache (``n_tokens``/``input_ids`` of llama-cpp-python) is kept
-    consistent, so prefix reuse works across calls as with plain decoding. Call with both locks held.
+    last proposal).
+
+    Identical to plain greedy decoding, not only close to it: llama.cpp's batched kernels (a
+    verification pass) and its one-token kernels (plain decoding) round differently, by up to ~0.4
+    logits measured on Qwen2.5-Coder-1.5B Q4_K over 60 tokens, so a batched argmax is trusted only
+    where its margin over the runner-up is at least ``near_tie``. At a nearer tie the tokens since the
+    last exact point are evaluated again one at a time, exactly as plain decoding evaluates them, and
+    the token is chosen from those logits: the cache is then the plain decoder's, bit for bit.
+    ``target.exact_tokens`` marks how much of the cache is exact, so prefix reuse in later calls (and
+    a plain call after this one) never builds on batched results. Call with both locks held.
     """
     import numpy as np
 
@@ -613,8 +639,9 @@ def speculative_greedy(target: LlamaCppModel, draft: LlamaCppModel, prompt: list
     n_vocab = target.n_vocab
     stats = stats if stats is not None else SpeculativeStats()
     batch = tl._batch  # llama-cpp-python's own batch of n_batch tokens
-    # Prefill the prompt with prefix reuse (llama-cpp-python's rule), logits for its last token only.
-    reuse = _reusable_prefix(tl, prompt)
+    # Prefill the prompt with prefix reuse (llama-cpp-python's rule, within the exact part of the cache),
+    # logits for its last token only: the plain decoder's prefill.
+    reuse = min(_reusable_prefix(tl, prompt), target.exact_tokens)
     tl._ctx.kv_cache_seq_rm(-1, reuse, -1)
     tl.n_tokens = reuse
     rest = prompt[reuse:]
@@ -628,6 +655,7 @@ def speculative_greedy(target: LlamaCppModel, draft: LlamaCppModel, prompt: list
         if rows:
             row = _logits_row(tl._ctx, rows[-1], n_vocab)
     stats.target_passes += 1
+    target.exact_tokens = tl.n_tokens
     next_tok = int(np.argmax(row))
     seq = list(prompt)  # evaluated by the target: seq[:tl.n_tokens]
     while True:
@@ -656,8 +684,13 @@ def speculative_greedy(target: LlamaCppModel, draft: LlamaCppModel, prompt: list
         stats.target_passes += 1
         accepted = 0
         choice = None
+        tie = False
         for j, r in enumerate(rows):
-            best = int(np.argmax(_logits_row(tl._ctx, r, n_vocab)))
+            logits = _logits_row(tl._ctx, r, n_vocab)
+            best, margin = _argmax_margin(logits)
+            if margin < near_tie:  # the batched kernels may rank these two otherwise than the plain ones
+                tie = True
+                break
             if j < len(proposal) and best == proposal[j]:
                 accepted += 1
                 continue
@@ -672,8 +705,41 @@ def speculative_greedy(target: LlamaCppModel, draft: LlamaCppModel, prompt: list
         if keep < tl.n_tokens:
             tl._ctx.kv_cache_seq_rm(-1, keep, -1)
             tl.n_tokens = keep
+        if tie:
+            choice = _resync(target, seq, stats)
         tl._requires_eval = True  # the logits llama-cpp-python holds are not those of its last token
         next_tok = choice
+
+
+def _argmax_margin(logits) -> tuple[int, float]:
+    """The top token and its logit margin over the runner-up."""
+    import numpy as np
+
+    top2 = np.argpartition(logits, -2)[-2:]
+    a, b = (int(top2[0]), int(top2[1])) if logits[top2[0]] >= logits[top2[1]] else (int(top2[1]), int(top2[0]))
+    best = int(np.argmax(logits))  # argmax's tie rule (the lowest id), as plain greedy decoding picks
+    return best, float(logits[a] - logits[b])
+
+
+def _resync(target: LlamaCppModel, seq: list[int], stats: SpeculativeStats) -> int:
+    """Evaluate ``seq`` from the cache's exact point on one token at a time, as plain decoding does,
+    and return the greedy token after it (from one-token logits over an exact cache)."""
+    import numpy as np
+
+    tl = target.llm
+    start = target.exact_tokens
+    tl._ctx.kv_cache_seq_rm(-1, start, -1)
+    tl.n_tokens = start
+    row = None
+    for pos in range(start, len(seq)):
+        rows = _decode(tl._ctx, tl._batch, [seq[pos]], pos, lambda p: True)
+        tl.input_ids[pos] = seq[pos]
+        tl.n_tokens = pos + 1
+        row = _logits_row(tl._ctx, rows[0], target.n_vocab)
+        stats.target_passes += 1
+    stats.resyncs += 1
+    target.exact_tokens = tl.n_tokens
+    return int(np.argmax(row))
 
 
 # ----- the scorer -----
