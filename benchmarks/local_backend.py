@@ -255,7 +255,7 @@ def section_spec(args) -> None:
     st = spec.speculative_stats
     print(f"identical greedy outputs: {same}/{len(SPEC_PROMPTS)}; time {t_plain:.1f} s plain vs {t_spec:.1f} s speculative "
           f"({t_plain / t_spec:.2f}x); acceptance {st.accepted}/{st.proposed} = {st.acceptance_rate:.1%}; "
-          f"{out_tokens} tokens in {st.target_passes} target passes")
+          f"{out_tokens} tokens in {st.target_passes} target passes, {st.resyncs} near-tie resyncs")
 
 
 def main() -> None:

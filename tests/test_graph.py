@@ -167,15 +167,42 @@ def test_budget_hit_with_high_conclusions_never_passes_them_off():
 def test_a_rejected_conclusion_written_again_halts_without_rescoring():
     # eq. 2 conditions only on the User_Query: the same text would score the same, so looping on it
     # until the budget is spent cannot validate it (seen with Qwen-0.5B: "Conclusion: yes." x6)
+    # A first repeat while nothing answered the rejection is sent back once, saying what to do instead
+    # (issue 23 item 3); the second halts.
     scorer = ScriptedScorer(default=99.0)
-    out, model, _ = run(["Conclusion: Insulin", "Thought: hmm", "Conclusion: insulin!"], scorer=scorer, max_steps=8)
+    out, model, _ = run(["Conclusion: Insulin", "Thought: hmm", "Conclusion: insulin!", "Conclusion: INSULIN."],
+                        scorer=scorer, max_steps=8)
     assert out["halt_reason"] == "repeated_conclusion" and out["answer_validated"] is False
-    assert out["answer"] == "insulin!" and len(model.seen) == 3
+    assert out["answer"] == "INSULIN." and len(model.seen) == 4
+    warning = model.seen[3][-1].content
+    assert "You wrote again the Conclusion the state monitor rejected at step 1" in warning
+    assert "Backtrack" in warning and "Summary" in warning
+    assert [e.op for e in out["trace"]].count("format_error") == 1 and out["format_retries"] == 0
     assert out["trace"][-2].op == "reject" and "rejected at step 1" in out["trace"][-2].detail
     assert "rejected at step 1" in out["error"]
     assert [c for c in scorer.calls if "nsulin" in c[1]] == [scorer.calls[0]]  # scored once, not twice
     assert out["messages"][-1].response_metadata["answer_validated"] is False
 
+
+
+def test_a_rejection_stands_until_evidence_a_backtrack_or_a_summary_answers_it():
+    """The note saying the Conclusion was not supported, and what to do instead, is shown on every turn
+    until the stack changes in a way that can change the answer; a Thought does not, a Backtrack does."""
+    out, model, _ = run(["Conclusion: Insulin", "Thought: hmm", "Plan: look again", "Backtrack: drop it",
+                         "Conclusion: Metformin"],
+                        scorer=ScriptedScorer({"Metformin": 1.0}, default=99.0), max_steps=8)
+    turns = [m[-1].content for m in model.seen]
+    noted = ["Your last Conclusion was not supported (state value 99)" in t for t in turns]
+    assert noted == [False, True, True, True, False]
+    assert "must be one of: Backtrack to drop a misleading step; Summary to condense the evidence." in turns[1]
+    assert out["halt_reason"] == "validated" and out["answer"] == "Metformin"
+    # a different Conclusion right after a rejection is scored like any other
+    out, model, _ = run(["Conclusion: Insulin", "Conclusion: Metformin"],
+                        scorer=ScriptedScorer({"Metformin": 1.0}, default=99.0))
+    assert out["halt_reason"] == "validated" and len(model.seen) == 2
+    # with the monitor off nothing is rejected, so nothing is noted or sent back
+    out, model, _ = run(["Conclusion: Insulin"], scorer=ScriptedScorer(default=99.0), enable_state_monitor=False)
+    assert out["halt_reason"] == "conclusion_unmonitored" and len(model.seen) == 1
 
 
 @pytest.mark.parametrize("switch,action", [("enable_backtrack", "Backtrack"), ("enable_summary", "Summary")])
@@ -198,7 +225,7 @@ def test_ablation_without_state_monitor_halts_on_the_models_conclusion():
     assert scorer.calls == []
     assert out["answer"] == "Insulin"
     assert out["halt_reason"] == "conclusion_unmonitored" and out["answer_validated"] is False
-    with_monitor, _, _ = run(["Thought: hmm", "Conclusion: Insulin"], scorer=ScriptedScorer(default=99.0), max_steps=4)
+    with_monitor, _, _ = run(["Thought: hmm", "Conclusion: Insulin"], scorer=ScriptedScorer(default=99.0), max_steps=6)
     assert with_monitor["halt_reason"] == "repeated_conclusion" and with_monitor["answer_validated"] is False
 
 

@@ -115,6 +115,7 @@ class _Machine(RunKernel):
             "sigma": None, "metric": cfg.metric, "state_value": cfg.initial_state_value,
             "token_usage": {"prompt": 0, "completion": 0}, "tool_calls": 0, "pending_action": None,
             "structured_answer": None, "final_conclusion": False, "repeated_tool_calls": 0, "last_call": False,
+            "repeat_warned": None,
         }
         question, problem = extract_question(state, cfg)
         if problem is None:
@@ -142,6 +143,8 @@ class _Machine(RunKernel):
         # budget spent, or no usable action after the re-prompts: one last Conclusion is asked for, then scored
         final = steps >= cfg.max_steps or bool(state.get("last_call"))
         allowed = ["Conclusion"] if final else cfg.allowed_actions(has_tools=bool(self.tools))
+        # a rejected Conclusion stands until new evidence, a Backtrack or a Summary answers it
+        rejected = None if final else transitions.unanswered_rejection(state.get("trace", []))
         tools = list(self.tools.values())
         answer_rule = answer_format.instructions(cfg.answer_format)
         offered = cfg.allowed_actions(has_tools=bool(self.tools))
@@ -150,10 +153,10 @@ class _Machine(RunKernel):
             for shown, reply in demonstrations(tools, offered, language=cfg.language):
                 messages += [HumanMessage(content=shown), AIMessage(content=reply)]
         rendered = render_stack(stack)
-        rejected = transitions.just_rejected(state.get("trace", []))
         turn = (final_turn_text(rendered, answer_rule=answer_rule) if final
                 else turn_text(rendered, steps_left=cfg.max_steps - steps, answer_rule=answer_rule,
-                               rejected=rejected_note(rejected, offered) if rejected is not None else ""))
+                               rejected=rejected_note(rejected, transitions.ways_after_rejection(allowed))
+                               if rejected is not None else ""))
         messages.append(HumanMessage(content=turn))
         for item in state.get("format_feedback", []):
             messages += [AIMessage(content=item["output"]), HumanMessage(content=item["error"])]
@@ -170,6 +173,18 @@ class _Machine(RunKernel):
                 problem = answer_format.problem(cfg.answer_format, parsed.content)
                 if problem is not None:
                     raise ActionParseError(f"your Conclusion does not fit the required answer: {problem}")
+                repeat = self.unanswered_repeat(state, cfg, parsed.content, rejected)
+                if repeat is not None:  # told once what to do instead; a second repeat halts (Conclusion node)
+                    ways = transitions.ways_after_rejection(allowed)
+                    note = (f"You wrote again the Conclusion the state monitor rejected at step {repeat.step}: it is "
+                            "not supported by what is on the stack. Do not write it again; your next action must be "
+                            "one of: " + ", ".join(ways) + ".")
+                    trace = self.record(state.get("trace"), config, TraceEvent(
+                        step=steps, action="Format_Error", op="format_error", content=text[:500],
+                        stack_depth=len(stack), state_value=state.get("state_value"), detail=note))
+                    feedback = [*state.get("format_feedback", []), {"output": text[:2000], "error": note}]
+                    return Command(goto="Generate", update={**common, "trace": trace, "format_feedback": feedback,
+                                                              "repeat_warned": repeat.step})
         except ActionParseError as err:
             retries = state.get("format_retries", 0) + 1
             trace = self.record(state.get("trace"), config, TraceEvent(
@@ -199,6 +214,17 @@ class _Machine(RunKernel):
         return Command(goto=parsed.action.value,
                        update={**common, "pending_action": parsed, "format_retries": 0, "format_feedback": [],
                                "final_conclusion": final})
+
+    def unanswered_repeat(self, state: TCRAGState, cfg: TCRAGConfig, content: str,
+                          rejected: Optional[TraceEvent]) -> Optional[TraceEvent]:
+        """The rejection a Conclusion repeats while nothing has answered it, if the model has not been
+        told yet to leave that Conclusion (None: score it, or halt it as repeated in the Conclusion node)."""
+        if rejected is None or not cfg.enable_state_monitor:
+            return None
+        earlier = transitions.rejected_conclusion(state.get("trace", []), content, latest=True)
+        if earlier is None or state.get("repeat_warned") == earlier.step:
+            return None
+        return earlier
 
     @staticmethod
     def machine(state: TCRAGState) -> Machine:

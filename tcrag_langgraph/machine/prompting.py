@@ -34,20 +34,17 @@ def system_prompt(tools: Sequence[BaseTool], allowed_actions: Sequence[str], *, 
     )
 
 
-def rejected_note(event: Any, offered: Sequence[str]) -> str:
-    """What the model is told after the monitor rejected its Conclusion (it stays on the stack as a
-    Thought): that it was not supported, and what it can do instead of writing it again."""
-    ways = []
-    if "Tool_Use" in offered:
-        ways.append("search again with a new, more specific Tool_Use query")
-    if "Backtrack" in offered:
-        ways.append("Backtrack to drop a misleading step")
-    if "Summary" in offered:
-        ways.append("Summary to condense the evidence")
-    ways.append("a Thought that checks the answer against the evidence")
+def rejected_note(event: Any, ways: Sequence[str]) -> str:
+    """What the model is told while a Conclusion the monitor rejected is unanswered (it stays on the
+    stack as a Thought): that it was not supported, and the actions it may take before concluding."""
+    described = {"Tool_Use": "Tool_Use with a new, more specific query", "Backtrack": "Backtrack to drop a misleading step",
+                 "Summary": "Summary to condense the evidence"}
+    choices = [described.get(w, w) for w in ways]
     value = f" (state value {event.state_value:.3g})" if getattr(event, "state_value", None) is not None else ""
-    return (f"Your last Conclusion was not supported{value}; it is kept above as a Thought. Do not repeat it: "
-            + "; or ".join(ways) + ", then conclude.")
+    if "Conclusion" in ways:  # nothing else to do in this run
+        return f"Your last Conclusion was not supported{value}; it is kept above as a Thought. Do not repeat it."
+    return (f"Your last Conclusion was not supported{value}; it is kept above as a Thought. Before you conclude "
+            "again, your next action must be one of: " + "; ".join(choices) + ".")
 
 
 def turn_text(rendered_stack: str, *, steps_left: Optional[int] = None, answer_rule: str = "",

@@ -203,3 +203,6 @@ class TCRAGState(MethodState, total=False):
     final_conclusion: bool  # the step budget is spent: the pending Conclusion is the last one
     last_call: bool  # no usable action after the re-prompts: only a final Conclusion is asked for
     repeated_tool_calls: int  # identical tool calls refused (not executed again)
+    #: the step of the rejection whose Conclusion the model wrote again and was told to leave: a second
+    #: repeat halts the run (repeated_conclusion)
+    repeat_warned: Optional[int]

@@ -55,6 +55,9 @@ __all__ = [
     "rejected_conclusion",
     "repeated_conclusion",
     "repeated_call",
+    "unanswered_rejection",
+    "ways_after_rejection",
+    "WAYS_AFTER_REJECTION",
     "refuse_repeated_call",
     "unverified_answer",
 ]
@@ -257,12 +260,37 @@ def rejected_conclusion(trace: Sequence[TraceEvent], content: str, *, latest: bo
     return found
 
 
-def just_rejected(trace: Sequence[TraceEvent]) -> Optional[TraceEvent]:
-    """The monitor's rejection of a Conclusion, if that is the last thing that happened in the run."""
-    last = trace[-1] if trace else None
-    if last is not None and last.action == Action.CONCLUSION.value and last.op == "reject":
-        return last
+#: what the model may do after the monitor rejected its Conclusion, until one of them changed the stack
+WAYS_AFTER_REJECTION = ("Tool_Use", "Backtrack", "Summary")
+
+
+def unanswered_rejection(trace: Sequence[TraceEvent]) -> Optional[TraceEvent]:
+    """The monitor's latest rejection of a Conclusion, unless the stack has changed since in a way that
+    can change the answer: a tool call that returned a real observation, a Backtrack that popped, or a
+    Summary that replaced a frame. Thoughts, Plans, refused repeats and tool errors do not answer it
+    (a 1.5B model wrote the rejected Conclusion again after them, every time)."""
+    for event in reversed(trace):
+        if event.action == Action.CONCLUSION.value and event.op == "reject":
+            return event
+        if event.action == Action.TOOL_USE.value and event.op == "push" and _call_error(event) is None:
+            return None
+        if (event.action, event.op) in ((Action.BACKTRACK.value, "pop"), (Action.SUMMARY.value, "pop+push")):
+            return None
     return None
+
+
+def ways_after_rejection(allowed: Sequence[str]) -> list[str]:
+    """The actions offered while a rejection is unanswered: those of :data:`WAYS_AFTER_REJECTION` this
+    run has (none: ``allowed`` unchanged, e.g. closed book without Backtrack and Summary)."""
+    ways = [a for a in WAYS_AFTER_REJECTION if a in allowed]
+    return ways or list(allowed)
+
+
+def _call_error(event: TraceEvent) -> Optional[str]:
+    try:
+        return json.loads(event.detail or "{}").get("error")
+    except (ValueError, AttributeError):
+        return "unknown"
 
 
 def evidence_since(trace: Sequence[TraceEvent], step: int) -> bool:
@@ -270,11 +298,7 @@ def evidence_since(trace: Sequence[TraceEvent], step: int) -> bool:
     repeat is no evidence)."""
     for event in trace:
         if event.step > step and event.action == Action.TOOL_USE.value and event.op == "push":
-            try:
-                error = json.loads(event.detail or "{}").get("error")
-            except (ValueError, AttributeError):
-                error = "unknown"
-            if error is None:
+            if _call_error(event) is None:
                 return True
     return False
 
