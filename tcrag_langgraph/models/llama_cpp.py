@@ -47,6 +47,7 @@ from langchain_core.outputs import ChatGeneration, ChatGenerationChunk, ChatResu
 from pydantic import Field, PrivateAttr
 
 from .kv_cache import CacheStats
+from .llama_cpp_states import BranchStash, PrefixFiles, common_prefix
 from .local import LocalChatModel, LocalModelError, _role, default_model_source
 from ..tools.layer.outcome import content_text
 
@@ -150,6 +151,9 @@ class LlamaCppModel:
     #: prompt in batches, each generated token alone); speculative verification leaves batched results
     #: beyond it, which no later call may build on
     exact_tokens: int = 0
+    #: sequences a prompt cut back, restored when a later prompt shares more of one (a pop, then the
+    #: same push)
+    branches: BranchStash = field(default_factory=BranchStash)
 
     # ----- tokens -----
     def tokenize(self, text: str, *, special: bool = True) -> list[int]:
@@ -206,14 +210,22 @@ class LlamaCppModel:
                 out[name] = self.token_text(token_id)
         return out
 
-    def prompt_ids(self, messages: list[BaseMessage]) -> list[int]:
+    def prompt_ids(self, messages: list[BaseMessage], *, add_generation_prompt: bool = True) -> list[int]:
         """Token ids of the chat prompt, as ``tokenizer.apply_chat_template(..., add_generation_prompt=True)``."""
         from transformers.utils.chat_template_utils import render_jinja_template
 
         chat = [{"role": _role(m), "content": content_text(m.content)} for m in messages]
         rendered, _ = render_jinja_template(conversations=[chat], chat_template=self.chat_template,
-                                            add_generation_prompt=True, **self.special_tokens_map())
+                                            add_generation_prompt=add_generation_prompt, **self.special_tokens_map())
         return self.tokenize(rendered[0], special=True)
+
+    def fixed_prefix(self, messages: list[BaseMessage], prompt: list[int]) -> list[int]:
+        """The tokens of ``prompt`` before its last user turn (system prompt, demonstrations): what
+        every run of the same method and tools begins with."""
+        if len(messages) < 2 or _role(messages[-1]) != "user":
+            return []
+        head = self.prompt_ids(messages[:-1], add_generation_prompt=False)
+        return prompt[:common_prefix(head, prompt)]
 
 
 @lru_cache(maxsize=4)
@@ -348,6 +360,10 @@ class LlamaCppChatModel(LocalChatModel):
         default=None, description="A smaller GGUF with the same tokenizer for speculative decoding (greedy calls)")
     n_draft: int = Field(default=4, ge=1, le=32, description="Tokens the draft model proposes per verification pass")
     fallback_announce: bool = Field(default=True, description="Print the one line saying a GGUF fell back to transformers")
+    prompt_files: bool = Field(
+        default=True, description="Keep the key/value state of the prompt's fixed prefix (system prompt and "
+        "demonstrations) in $TCRAG_CACHE_DIR/llama-states, so a new process does not prefill it again "
+        "(with kv_cache only)")
 
     _llama: Optional[LlamaCppModel] = PrivateAttr(default=None)
     _draft: Optional[LlamaCppModel] = PrivateAttr(default=None)
@@ -501,7 +517,16 @@ class LlamaCppChatModel(LocalChatModel):
             if llm.n_tokens > lm.exact_tokens:  # cut what speculative verification left in batched form
                 llm._ctx.kv_cache_seq_rm(-1, lm.exact_tokens, -1)
                 llm.n_tokens = lm.exact_tokens
-            reused = _reusable_prefix(llm, prompt)
+            computed = 0  # prompt tokens prefilled here, before generation
+            if self.kv_cache:
+                cold = llm.n_tokens == 0
+                lm.branches.before_prompt(llm, prompt)
+                if cold and self.prompt_files:  # a new process: the fixed prefix from its file
+                    before = int(llm.n_tokens)
+                    if _prefix_files().ensure(llm, lm.path, lm.fixed_prefix(messages, prompt)) == "saved":
+                        computed = int(llm.n_tokens) - before
+                lm.exact_tokens = int(llm.n_tokens)
+            reused = _reusable_prefix(llm, prompt) - computed
             lm.stats.calls += 1
             lm.stats.prompt_tokens += len(prompt)
             lm.stats.reused_tokens += reused
@@ -552,6 +577,12 @@ class LlamaCppChatModel(LocalChatModel):
     def _speculative_tokens(self, prompt: list[int]) -> Iterator[int]:
         """Greedy decoding of the model, with drafts from the draft model verified in one pass each."""
         return speculative_greedy(self._llama, self._draft, prompt, n_draft=self.n_draft, stats=self._spec_stats)
+
+
+def _prefix_files() -> PrefixFiles:
+    from .local import cache_dir
+
+    return PrefixFiles(cache_dir() / "llama-states")  # read per call: $TCRAG_CACHE_DIR may change
 
 
 def _reusable_prefix(llm: Any, prompt: list[int]) -> int:
