@@ -20,6 +20,12 @@ Example::
     nice -n -5 .venv/bin/python benchmarks/main_job.py --runs 1 \\
         --variant "before=--max-new-tokens 500 --max-steps 12"
     nice -n -5 .venv/bin/python benchmarks/main_job.py --breakdown
+
+``--baseline DIR`` runs an earlier commit in the same run (same interpreter, ``PYTHONPATH=DIR``), e.g.::
+
+    git worktree add /tmp/base COMMIT && mkdir /tmp/base/pkg && cp -r /tmp/base/tcrag_langgraph /tmp/base/pkg/ \\
+      && ln -s /tmp/base/tools /tmp/base/pkg/tcrag_langgraph/tools && ln -s /tmp/base/prompts /tmp/base/pkg/tcrag_langgraph/prompts
+    .venv/bin/python benchmarks/main_job.py --args "--threads 1" --baseline /tmp/base/pkg
 """
 
 from __future__ import annotations
@@ -31,6 +37,8 @@ import shlex
 import statistics
 import subprocess
 import sys
+import tempfile
+import threading
 import time
 from collections import defaultdict
 from pathlib import Path
@@ -50,20 +58,32 @@ QUESTIONS = (
 TCRAG = str(Path(sys.executable).with_name("tcrag"))
 
 
-def run_once(question: str, extra: list[str], timeout_s: float) -> dict[str, Any]:
-    """One ``tcrag ask --json`` in a fresh process: wall and CPU seconds and the parsed result."""
-    start = time.perf_counter()
-    proc = subprocess.Popen([TCRAG, "ask", question, "--json", *extra], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
-    try:
-        out, err = proc.communicate(timeout=timeout_s)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        out, err = proc.communicate()
-        return {"wall_s": time.perf_counter() - start, "cpu_s": None, "error": f"timed out after {timeout_s:.0f} s"}
-    wall = time.perf_counter() - start
-    usage = _child_cpu()
-    row: dict[str, Any] = {"wall_s": wall, "cpu_s": usage, "rc": proc.returncode}
+def run_once(question: str, extra: list[str], timeout_s: float, command: list[str] | None = None,
+             env: dict[str, str] | None = None) -> dict[str, Any]:
+    """One ``tcrag ask --json`` in a fresh process: wall and CPU seconds, its own peak RSS (from
+    ``wait4``, this child's alone) and the parsed result."""
+    cmd = [*(command or [TCRAG]), "ask", question, "--json", *extra]
+    with tempfile.TemporaryFile("w+") as out_file, tempfile.TemporaryFile("w+") as err_file:
+        start = time.perf_counter()
+        # `python -m` puts the working directory first on sys.path: run a baseline from its own tree
+        cwd = env.get("PYTHONPATH") if env else None
+        proc = subprocess.Popen(cmd, stdout=out_file, stderr=err_file, text=True, env=env, cwd=cwd)
+        timer = threading.Timer(timeout_s, proc.kill)
+        timer.start()
+        try:
+            _, status, usage = os.wait4(proc.pid, 0)
+        finally:
+            timer.cancel()
+        proc.returncode = os.waitstatus_to_exitcode(status)
+        wall = time.perf_counter() - start
+        out_file.seek(0)
+        err_file.seek(0)
+        out, err = out_file.read(), err_file.read()
+    row: dict[str, Any] = {"wall_s": wall, "cpu_s": usage.ru_utime + usage.ru_stime,
+                           "max_rss_mb": usage.ru_maxrss / 1024, "rc": proc.returncode}
+    if proc.returncode == -9:
+        row["error"] = f"timed out after {timeout_s:.0f} s"
+        return row
     try:
         data = json.loads(out[out.index("{"):])
     except ValueError:
@@ -76,47 +96,45 @@ def run_once(question: str, extra: list[str], timeout_s: float) -> dict[str, Any
     return row
 
 
-_cpu_seen = 0.0
-
-
-def _child_cpu() -> float:
-    """CPU seconds of the child that just ended (the difference in RUSAGE_CHILDREN)."""
-    import resource
-
-    global _cpu_seen
-    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
-    total = usage.ru_utime + usage.ru_stime
-    spent, _cpu_seen = total - _cpu_seen, total
-    return spent
-
-
 def runs(args: argparse.Namespace) -> None:
-    variants = [("current", shlex.split(args.args))]
+    variants: list[tuple[str, list[str], list[str] | None, dict[str, str] | None]] = [
+        ("current", shlex.split(args.args), None, None)]
     for spec in args.variant:
         name, _, extra = spec.partition("=")
-        variants.append((name, shlex.split(extra)))
+        variants.append((name, shlex.split(extra), None, None))
+    if args.baseline:  # an earlier commit's package tree, same interpreter and arguments
+        env = {**os.environ, "PYTHONPATH": str(Path(args.baseline).resolve())}
+        variants.append(("baseline", shlex.split(args.args), [sys.executable, "-m", "tcrag_langgraph.faces.cli"], env))
     results: dict[str, list[dict[str, Any]]] = defaultdict(list)
     for question in QUESTIONS[: args.questions]:
         for _ in range(args.runs):
-            for name, extra in variants:  # interleaved: the variants see the same load
+            for name, extra, command, env in variants:  # interleaved: the variants see the same load
                 load = os.getloadavg()[0]
-                row = run_once(question, extra, args.timeout)
+                row = run_once(question, extra, args.timeout, command, env)
                 row.update(question=question, load=load)
                 results[name].append(row)
                 answer = " ".join(str(row.get("answer")).split())[:110]
-                print(f"[{name}] {row['wall_s']:6.1f} s wall  cpu {row.get('cpu_s') or 0:6.1f} s  load {load:4.1f}  "
+                print(f"[{name}] {row['wall_s']:6.1f} s wall  cpu {row.get('cpu_s') or 0:6.1f} s  "
+                      f"rss {row['max_rss_mb']:6.0f} MB  load {load:4.1f}  "
                       f"steps {row.get('steps')}  halt {row.get('halt')}  final {row.get('final_action')}\n"
                       f"    Q: {question}\n    A: {answer}\n    sources: {row.get('sources')}"
                       + (f"\n    error: {row['error']}" if row.get("error") else ""), flush=True)
     print()
-    for name, extra in variants:
+    medians = {}
+    for name, extra, command, _ in variants:
         rows = results[name]
         walls = [r["wall_s"] for r in rows]
         cpus = [r["cpu_s"] for r in rows if r.get("cpu_s") is not None]
         concl = sum(r.get("final_action") == "Conclusion" for r in rows)
-        print(f"{name:>10} ({' '.join(extra) or 'defaults'}): median wall {statistics.median(walls):.1f} s, "
-              f"median cpu {statistics.median(cpus) if cpus else float('nan'):.1f} s, max wall {max(walls):.1f} s; "
+        medians[name] = statistics.median(walls)
+        label = f"{' '.join(extra) or 'defaults'}" + (f", PYTHONPATH={args.baseline}" if command else "")
+        print(f"{name:>10} ({label}): median wall {medians[name]:.1f} s, "
+              f"median cpu {statistics.median(cpus) if cpus else float('nan'):.1f} s, max wall {max(walls):.1f} s, "
+              f"max RSS {max(r['max_rss_mb'] for r in rows):.0f} MB; "
               f"ended on a Conclusion {concl}/{len(rows)}; validated {sum(bool(r.get('validated')) for r in rows)}")
+    for name in medians:
+        if name != "current":
+            print(f"median wall {name} / current: {medians[name] / medians['current']:.2f}x")
 
 
 # ----- breakdown -----
@@ -186,6 +204,8 @@ def main() -> None:
     p.add_argument("--args", default="", help="extra `tcrag ask` arguments of the 'current' variant")
     p.add_argument("--variant", action="append", default=[], help="NAME=ARGS: another variant, e.g. before=...")
     p.add_argument("--timeout", type=float, default=1200.0, help="seconds before one run is killed")
+    p.add_argument("--baseline", metavar="DIR", help="also run an earlier commit's package tree (a folder holding "
+                   "tcrag_langgraph/, with tools/ and prompts/ linked inside it), interleaved, as 'baseline'")
     p.add_argument("--breakdown", action="store_true", help="time the parts of a run in this process")
     args = p.parse_args()
     print(machine())
