@@ -169,3 +169,22 @@ def test_scorer_arguments_are_checked():
 
     assert CompletionsLogprobScorer.__module__ == "tcrag_langgraph.monitor.served"
     assert issubclass(RemoteScorerError, RuntimeError)
+
+
+def test_token_stats_give_each_tokens_text_log_prob_and_entropy_as_a_direct_computation(scorer):
+    """DRAGIN's per-token entropy: the entropy of the full next-token distribution, one forward pass
+    per token here; the log-probs are token_logprobs' own."""
+    lm = scorer.local_model
+    tok = lm.tokenizer
+    prefix = scorer._start_ids() + tok(QUERY + "\n", add_special_tokens=False)["input_ids"]
+    text_ids = tok(TEXT, add_special_tokens=False)["input_ids"]
+    direct = []
+    with torch.no_grad():
+        for i in range(len(text_ids)):
+            logp = torch.log_softmax(lm.model(torch.tensor([prefix + text_ids[:i]])).logits[0, -1].double(), -1)
+            direct.append(-(logp.exp() * logp).sum().item())
+    stats = scorer.token_stats(QUERY, TEXT)
+    assert "".join(s.piece for s in stats) == TEXT
+    assert [s.entropy for s in stats] == pytest.approx(direct, rel=1e-4)
+    assert [s.logprob for s in stats] == pytest.approx(scorer.token_logprobs(QUERY, TEXT), rel=1e-5)
+    assert max(direct) > 1.0 and min(direct) < max(direct)  # real, varying values

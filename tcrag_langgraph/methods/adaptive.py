@@ -353,7 +353,7 @@ def build_active_graph(kernel_type: type[ActiveRetrievalKernel], *, model: Any, 
                                  why=f"{kernel_type.method} decides when to retrieve from token probabilities.")
     holder = kernel_type(args.model, args.tools, used_scorer, args.config, args.options,
                          trust_client_identity=trust_client_identity)
-    builder = StateGraph(ActiveState, context_schema=TCRAGConfig)
+    builder = StateGraph(ActiveState)  # context: the method's options, TCRAGConfig or a mapping of their fields
     builder.add_node("Start", holder.node(holder.start))
     builder.add_node("Generate", holder.node(holder.generate))
     builder.add_node("Answer", holder.node(holder.answer))
