@@ -2,9 +2,9 @@
 
 The answer is written sentence by sentence. Each next sentence is first written tentatively without
 retrieved evidence; if every one of its tokens has a probability of at least ``threshold`` under
-the generator's own weights, it is kept. Otherwise the tentative sentence is the query (its
-``Answer:`` label dropped), the tools are searched with it, and the sentence is written again with
-that evidence and kept as it is. With ``retrieve_question_first`` the first sentence is written
+the generator's own weights, it is kept. Otherwise the tools are searched with the tentative
+sentence as the query (an ``Answer:`` line, which alone would find nothing, as the question followed
+by the answer), and the sentence is written again with that evidence and kept as it is. With ``retrieve_question_first`` the first sentence is written
 after a retrieval with the question, as FLARE's framework starts (q1 = x); it is off by default so
 that every retrieval is one the confidence test asked for.
 
@@ -65,7 +65,9 @@ class _Flare(ActiveRetrievalKernel):
         lowest = min(logprobs, default=0.0)
         if lowest >= math.log(opts.threshold):
             return None
-        query = answer_format.ANSWER_LABEL.sub(" ", "\n" + piece).strip() or piece
+        query = piece
+        if answer_format.ANSWER_LABEL.match("\n" + piece):  # "Answer: yes" alone finds nothing: ask with the question
+            query = f"{question} {answer_format.ANSWER_LABEL.sub(' ', chr(10) + piece).strip()}"
         return Trigger(keep="", query=query,
                        reason=f"a token of the tentative sentence has probability {math.exp(lowest):.3f} "
                               f"< {opts.threshold}")

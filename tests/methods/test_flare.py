@@ -57,6 +57,11 @@ def test_max_steps_caps_the_retrieval_rounds():
     assert out["retrieval_rounds"] == 2
 
 
+def test_an_improbable_answer_line_is_searched_with_the_question():
+    out, _, _ = run(["Metformin is first-line.", "Answer: perhaps", "Answer: yes"])
+    assert [e["query"] for e in out["evidence"]] == [f"{Q} perhaps"] and out["answer"] == "yes"
+
+
 def test_retrieve_question_first_starts_with_the_question():
     out, _, scorer = run(["Metformin is first-line.", "Answer: yes"], options={"retrieve_question_first": True})
     assert [e["query"] for e in out["evidence"]] == [Q]
