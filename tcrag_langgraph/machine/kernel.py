@@ -12,8 +12,9 @@ kernel owns the run glue they share, so each rule has one home:
   run ``context``; the caller is never taken from either (:func:`~.identity.caller_for_run`);
 * :meth:`RunKernel.ask` - one model call: generation budget and stop sequences, counted calls and
   tokens, a failure ends the run with ``model_error``;
-* :meth:`RunKernel.score` / :meth:`RunKernel.token_logprobs` - the state monitor's scorer, one check
-  that its value is finite (a failure ends the run with ``scorer_error``);
+* :meth:`RunKernel.score` / :meth:`RunKernel.token_logprobs` / :meth:`RunKernel.token_stats` - the
+  state monitor's scorer (values, token log-probs, per-token entropies), one check that its values
+  are finite (a failure ends the run with ``scorer_error``);
 * :meth:`RunKernel.call_tool` - a tool call through the one tool layer, acting for the caller of
   the trusted configuration or the authenticated server user;
 * :meth:`RunKernel.record` - a trace event, emitted live (:func:`~.events.emit`);

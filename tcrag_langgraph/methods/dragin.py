@@ -6,7 +6,8 @@ next-token distribution it was drawn from, times the largest attention any later
 times 0 for a stopword (1 otherwise); and *what* to retrieve with QFS, the context tokens the
 triggering token attends to most. Here the continuation (``lookahead_tokens`` new tokens) is written
 without retrieved evidence and read sentence by sentence; the first sentence holding a content token
-(not a stopword, not punctuation) whose entropy exceeds ``entropy_threshold`` triggers a retrieval:
+(not a stopword, not punctuation, not the ``Answer:`` label) whose entropy exceeds
+``entropy_threshold`` triggers a retrieval:
 the sentences before it are kept, the rest thrown away, and the answer goes on from there with the
 evidence (as DRAGIN's own code truncates at the sentence that holds the token).
 
@@ -41,6 +42,7 @@ from langchain_core.language_models import BaseChatModel
 from langchain_core.tools import BaseTool
 from pydantic import Field
 
+from ..machine import answer_format
 from ..machine.config import TCRAGConfig
 from ..tools.text_analysis import STOPWORDS
 from .adaptive import (ActiveRetrievalKernel, ActiveRetrievalOptions, Trigger, build_active_graph, content_words,
@@ -81,7 +83,12 @@ class _Dragin(ActiveRetrievalKernel):
         for sentence in split_sentences(piece):
             context = scoring_context(question, " ".join([draft, *kept]).strip())
             stats = self.token_stats(context, sentence)
+            label = answer_format.ANSWER_LABEL.match(sentence)  # the "Answer:" label is format, not content
+            label_end, offset = (label.end() if label else 0), 0
             for index, token in enumerate(stats):
+                offset += len(token.piece)
+                if offset <= label_end:
+                    continue
                 if is_content_token(token.piece) and token.entropy > opts.entropy_threshold:
                     upto = "".join(t.piece for t in stats[: index + 1])
                     words = list(dict.fromkeys(w.lower() for w in content_words(question) + content_words(upto)))

@@ -101,7 +101,7 @@ class _quiet_native:
 
 class LlamaCppScorer:
     """cppl / uct from llama.cpp's own logits over a GGUF: the scorer interface of
-    :class:`~tcrag_langgraph.monitor.scoring.LocalLMScorer` (``score``, ``token_logprobs``).
+    :class:`~tcrag_langgraph.monitor.scoring.LocalLMScorer` (``score``, ``token_logprobs``, ``token_stats``).
 
     The token sequence is that of ``LocalLMScorer``: a start token (the GGUF's BOS, else its EOS),
     ``context + "\\n"`` and ``text``, each tokenized on its own; one teacher-forced pass with logits

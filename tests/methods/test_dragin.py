@@ -33,6 +33,13 @@ def test_stopwords_and_low_entropy_tokens_never_trigger():
     assert out["draft"].startswith("It is the drug. The dose is 2 g. It is cheap.")
 
 
+def test_the_answer_label_is_format_and_never_triggers():
+    out, _ = run({"answer": 9.0}, replies=["Answer: yes"])
+    assert out["tool_calls"] == 0
+    out, _ = run({"answer": 9.0}, replies=["The answer is unclear.", "Answer: yes"])
+    assert out["tool_calls"] == 1  # the word inside a sentence is content
+
+
 def test_the_threshold_is_an_option_overridable_per_run():
     model = recording_model(REPLIES)
     graph = build_dragin_graph(model=model, tools=[scripted_tool("DOC_RAG", "x")],
