@@ -23,8 +23,9 @@ One round of :meth:`ActiveRetrievalKernel.generate`:
    part before the trigger is kept, the rest thrown away, and the piece is written again with the
    retrieved evidence. A piece written right after a retrieval is taken as it is (as in FLARE and
    DRAGIN: the regenerated sentence is not checked again);
-4. the piece is appended to the answer. The loop ends when the answer has an ``Answer:`` line, the
-   model writes nothing new (an empty reply or a sentence it already wrote), the answer reaches
+4. the piece, without any sentence the answer already holds, is appended to the answer. The loop
+   ends when the answer has an ``Answer:`` line, the model writes nothing new (an empty reply or
+   only sentences it already wrote), the answer reaches
    ``max_new_tokens`` (cl100k tokens, the project's counter), or after ``max_pieces`` pieces.
 
 Budgets are the shared ones: ``max_steps`` caps the retrieval rounds of a run (a trigger past it
@@ -195,7 +196,8 @@ class ActiveRetrievalKernel(RunKernel):
                     work["draft"] = draft
                     shown = self.retrieve(work, trigger.query, trigger.reason, cfg, config)
                     piece = self.write_piece(work, question, draft, shown, cfg, config, opts)
-            if not piece or _already_written(draft, piece):
+            piece = _unwritten(draft, piece)
+            if not piece:
                 break  # the model has nothing new to add
             work["draft"] = _joined(draft, piece)
             work["steps"] = work.get("steps", 0) + 1
@@ -312,9 +314,14 @@ def _joined(draft: str, piece: str) -> str:
     return draft + ("\n" if answer_format.ANSWER_LABEL.match("\n" + piece) else " ") + piece
 
 
-def _already_written(draft: str, piece: str) -> bool:
-    norm = lambda s: " ".join(s.lower().split())  # noqa: E731
-    return bool(draft) and norm(piece) in {norm(s) for s in split_sentences(draft)}
+def _unwritten(draft: str, piece: str) -> str:
+    """``piece`` without the sentences the answer already holds (a small model repeats itself)."""
+    norm = lambda text: " ".join(text.lower().split())  # noqa: E731
+    written = {norm(s) for s in split_sentences(draft)}
+    sentences = split_sentences(piece)
+    if not any(norm(s) in written for s in sentences):
+        return piece.strip()
+    return " ".join(s for s in sentences if norm(s) not in written)
 
 
 def _has_answer(text: str) -> bool:

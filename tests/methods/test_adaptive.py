@@ -33,6 +33,15 @@ def test_a_sentence_already_written_or_an_empty_reply_ends_the_writing():
     assert out["draft"] == "It helps." and out["answer"] == "no"
 
 
+def test_sentences_already_written_are_dropped_from_a_longer_piece():
+    from tcrag_langgraph.methods.dragin import build_dragin_graph
+    from tcrag_langgraph.testing import ScriptedTokenScorer
+
+    model = recording_model(["Yes, it is needed.", "Yes, it is needed. It is new. Yes, it is needed.", "Answer: yes"])
+    out = build_dragin_graph(model=model, scorer=ScriptedTokenScorer()).invoke({"question": Q})
+    assert out["draft"] == "Yes, it is needed. It is new.\nAnswer: yes"
+
+
 def test_max_new_tokens_bounds_the_answer_and_an_echo_of_the_draft_is_dropped():
     out, _ = run(["One two three four five six.", "Answer: yes"], config={"max_new_tokens": 6})
     assert out["draft"] == "One two three four five six." and out["answer"] == "yes"
