@@ -68,7 +68,7 @@ from ..tools.text_analysis import STOPWORDS
 from ..tools.tokens import count_tokens, trim_to_tokens
 
 __all__ = ["ActiveRetrievalOptions", "ActiveRetrievalKernel", "ActiveState", "Trigger", "build_active_graph",
-           "content_words", "first_sentence", "scoring_context", "split_sentences"]
+           "content_words", "first_sentence", "scoring_context", "split_sentences", "trim_piece"]
 
 SYSTEM_PROMPT = (
     "You are a medical expert. Answer the question in a few short sentences of reasoning, then give the final "
