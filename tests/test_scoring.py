@@ -172,17 +172,18 @@ def test_scorer_arguments_are_checked():
 
 
 def test_token_stats_give_each_tokens_text_log_prob_and_entropy_as_a_direct_computation(scorer):
-    """DRAGIN's per-token entropy: the entropy of the full next-token distribution, one forward pass
-    per token here; the log-probs are token_logprobs' own."""
+    """DRAGIN's per-token entropy: the entropy of the full next-token distribution, here from one plain
+    forward pass over the whole sequence (no prefix cache, every position's logits); the log-probs are
+    token_logprobs' own."""
     lm = scorer.local_model
     tok = lm.tokenizer
     prefix = scorer._start_ids() + tok(QUERY + "\n", add_special_tokens=False)["input_ids"]
     text_ids = tok(TEXT, add_special_tokens=False)["input_ids"]
-    direct = []
     with torch.no_grad():
-        for i in range(len(text_ids)):
-            logp = torch.log_softmax(lm.model(torch.tensor([prefix + text_ids[:i]])).logits[0, -1].double(), -1)
-            direct.append(-(logp.exp() * logp).sum().item())
+        rows = lm.model(torch.tensor([prefix + text_ids])).logits[0, len(prefix) - 1: -1].double()
+    logp = torch.log_softmax(rows, -1)
+    direct = (-(logp.exp() * logp).sum(-1)).tolist()
+    assert len(direct) == len(text_ids)
     stats = scorer.token_stats(QUERY, TEXT)
     assert "".join(s.piece for s in stats) == TEXT
     assert [s.entropy for s in stats] == pytest.approx(direct, rel=1e-4)
