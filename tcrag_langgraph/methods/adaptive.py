@@ -68,7 +68,7 @@ from ..tools.text_analysis import STOPWORDS
 from ..tools.tokens import count_tokens, trim_to_tokens
 
 __all__ = ["ActiveRetrievalOptions", "ActiveRetrievalKernel", "ActiveState", "Trigger", "build_active_graph",
-           "content_words", "first_sentence", "scoring_context", "split_sentences", "trim_piece"]
+           "content_words", "first_sentence", "join_text", "scoring_context", "split_sentences", "trim_piece"]
 
 SYSTEM_PROMPT = (
     "You are a medical expert. Answer the question in a few short sentences of reasoning, then give the final "
@@ -192,14 +192,16 @@ class ActiveRetrievalKernel(RunKernel):
             if piece and not shown and work["retrieval_rounds"] < cfg.max_steps:
                 trigger = self.check(work, question, draft, piece, opts)
                 if trigger is not None:
-                    draft = _joined(draft, trigger.keep)
+                    draft = join_text(draft, trigger.keep)
                     work["draft"] = draft
+                    if trigger.keep:
+                        self._event(work, config, "Thought", "push", trigger.keep, "kept before the trigger")
                     shown = self.retrieve(work, trigger.query, trigger.reason, cfg, config)
                     piece = self.write_piece(work, question, draft, shown, cfg, config, opts)
             piece = _unwritten(draft, piece)
             if not piece:
                 break  # the model has nothing new to add
-            work["draft"] = _joined(draft, piece)
+            work["draft"] = join_text(draft, piece)
             work["steps"] = work.get("steps", 0) + 1
             self._event(work, config, "Thought", "push", piece, None)
             last_piece = piece
@@ -304,14 +306,28 @@ def _prompt(question: str, draft: str, shown: Sequence[dict[str, Any]]) -> str:
     return "\n\n".join(parts)
 
 
-def _joined(draft: str, piece: str) -> str:
+def join_text(draft: str, piece: str) -> str:
+    r"""``piece`` appended to ``draft``: on a line of its own when it is an ``Answer:`` line or follows
+    one (the answer is read from its line), else after a blank.
+
+    Example:
+        >>> join_text("Answer: no", "It is old.")
+        'Answer: no\nIt is old.'
+        >>> join_text("It is old.", "Answer: no")
+        'It is old.\nAnswer: no'
+    """
     piece = piece.strip()
     if not piece:
         return draft
     if not draft:
         return piece
-    # an Answer line must start a line to be read as one
-    return draft + ("\n" if answer_format.ANSWER_LABEL.match("\n" + piece) else " ") + piece
+    last_line = draft.rstrip().rsplit("\n", 1)[-1]
+    on_own_line = _is_answer_line(piece) or _is_answer_line(last_line)
+    return draft + ("\n" if on_own_line else " ") + piece
+
+
+def _is_answer_line(text: str) -> bool:
+    return bool(answer_format.ANSWER_LABEL.match("\n" + text.strip()))
 
 
 def _unwritten(draft: str, piece: str) -> str:

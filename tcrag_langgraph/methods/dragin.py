@@ -46,7 +46,7 @@ from ..machine import answer_format
 from ..machine.config import TCRAGConfig
 from ..tools.text_analysis import STOPWORDS
 from .adaptive import (ActiveRetrievalKernel, ActiveRetrievalOptions, Trigger, build_active_graph, content_words,
-                       scoring_context, split_sentences)
+                       join_text, scoring_context, split_sentences)
 
 __all__ = ["DRAGINOptions", "build_dragin_graph", "is_content_token"]
 
@@ -61,14 +61,16 @@ class DRAGINOptions(ActiveRetrievalOptions):
 
 
 def is_content_token(piece: str) -> bool:
-    """A token that RIND counts: it holds a letter or digit and is not a stopword.
+    """A token that RIND counts: it holds a letter or digit, is not a stopword and not a lone letter
+    (the stopword list leaves out single characters such as "a").
 
     Example:
-        >>> [is_content_token(p) for p in (" the", " dose", ".", " 2")]
-        [False, True, False, True]
+        >>> [is_content_token(p) for p in (" the", " dose", ".", " 2", " a")]
+        [False, True, False, True, False]
     """
     word = piece.strip().lower()
-    return any(c.isalnum() for c in word) and word not in STOPWORDS
+    lone_letter = len(word) == 1 and word.isalpha()
+    return any(c.isalnum() for c in word) and word not in STOPWORDS and not lone_letter
 
 
 class _Dragin(ActiveRetrievalKernel):
@@ -76,12 +78,18 @@ class _Dragin(ActiveRetrievalKernel):
     method = "DRAGIN"
 
     def piece_of(self, reply: str, opts: Any) -> str:
-        return " ".join(split_sentences(reply))  # the whole continuation: it is read sentence by sentence
+        # the whole continuation, read sentence by sentence, up to its Answer line (the answer ends it)
+        piece = ""
+        for sentence in split_sentences(reply):
+            piece = join_text(piece, sentence)
+            if answer_format.ANSWER_LABEL.match("\n" + sentence):
+                break
+        return piece
 
     def check(self, work: dict[str, Any], question: str, draft: str, piece: str, opts: Any) -> Optional[Trigger]:
-        kept: list[str] = []
+        kept = ""
         for sentence in split_sentences(piece):
-            context = scoring_context(question, " ".join([draft, *kept]).strip())
+            context = scoring_context(question, join_text(draft, kept))
             stats = self.token_stats(context, sentence)
             label = answer_format.ANSWER_LABEL.match(sentence)  # the "Answer:" label is format, not content
             label_end, offset = (label.end() if label else 0), 0
@@ -92,10 +100,10 @@ class _Dragin(ActiveRetrievalKernel):
                 if is_content_token(token.piece) and token.entropy > opts.entropy_threshold:
                     upto = "".join(t.piece for t in stats[: index + 1])
                     words = list(dict.fromkeys(w.lower() for w in content_words(question) + content_words(upto)))
-                    return Trigger(keep=" ".join(kept), query=" ".join(words[: opts.max_query_words]),
+                    return Trigger(keep=kept, query=" ".join(words[: opts.max_query_words]),
                                    reason=f"entropy {token.entropy:.2f} of {token.piece.strip()!r} > "
                                           f"{opts.entropy_threshold}")
-            kept.append(sentence)
+            kept = join_text(kept, sentence)
         return None
 
 

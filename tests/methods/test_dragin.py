@@ -9,7 +9,7 @@ from tcrag_langgraph.methods.dragin import build_dragin_graph
 from tcrag_langgraph.testing import ScriptedScorer, ScriptedTokenScorer, recording_model, scripted_tool
 
 Q = "Is metformin first-line?"
-REPLIES = ["It is the drug. The dose is 2 g. It is cheap.", "A dose of 1 g is usual.", "Answer: yes"]
+REPLIES = ["It is the drug. The dose is 2 g. It is a cheap one.", "A dose of 1 g is usual.", "Answer: yes"]
 
 
 def run(entropies, replies=REPLIES):
@@ -28,9 +28,9 @@ def test_a_high_entropy_content_token_triggers_and_the_sentences_before_it_are_k
 
 
 def test_stopwords_and_low_entropy_tokens_never_trigger():
-    out, _ = run({"the": 9.0, "is": 9.0, "dose": 2.4})  # stopwords, and a content token below 2.5
+    out, _ = run({"the": 9.0, "is": 9.0, "a": 9.0, "dose": 2.4})  # stopwords, and a content token below 2.5
     assert out["tool_calls"] == 0
-    assert out["draft"].startswith("It is the drug. The dose is 2 g. It is cheap.")
+    assert out["draft"].startswith("It is the drug. The dose is 2 g. It is a cheap one.")
 
 
 def test_the_answer_label_is_format_and_never_triggers():
@@ -38,6 +38,14 @@ def test_the_answer_label_is_format_and_never_triggers():
     assert out["tool_calls"] == 0
     out, _ = run({"answer": 9.0}, replies=["The answer is unclear.", "Answer: yes"])
     assert out["tool_calls"] == 1  # the word inside a sentence is content
+
+
+def test_the_continuation_ends_at_its_answer_line_and_kept_sentences_are_traced():
+    out, _ = run({"dose": 4.0}, replies=["Answer: no\nThe dose is 2 g."])
+    assert out["tool_calls"] == 0 and out["draft"] == "Answer: no" and out["llm_calls"] == 1
+    out, _ = run({"dose": 4.0})
+    kept = [e for e in out["trace"] if e.detail == "kept before the trigger"]
+    assert [e.content for e in kept] == ["It is the drug."]
 
 
 def test_the_threshold_is_an_option_overridable_per_run():
