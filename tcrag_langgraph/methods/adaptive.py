@@ -29,7 +29,7 @@ One round of :meth:`ActiveRetrievalKernel.generate`:
    ``max_new_tokens`` (cl100k tokens, the project's counter), or after ``max_pieces`` pieces.
 
 Budgets are the shared ones: ``max_steps`` caps the retrieval rounds of a run (a trigger past it
-is ignored), ``max_new_tokens`` the length of the answer and of each call, ``tool_timeout_s`` and
+is ignored; without tools nothing is retrieved and nothing is checked), ``max_new_tokens`` the length of the answer and of each call, ``tool_timeout_s`` and
 ``max_observation_tokens`` each tool call (one call per tool per round, through
 :meth:`~tcrag_langgraph.machine.kernel.RunKernel.call_tool`). As in FLARE, DRAGIN and in-context
 RALM, a piece sees only the evidence of the retrieval made for it (the latest round), fenced as
@@ -180,16 +180,17 @@ class ActiveRetrievalKernel(RunKernel):
                     trace=list(state.get("trace") or []))
         question = state["question"]
         last_piece = ""
+        can_retrieve = lambda: bool(self.tools) and work["retrieval_rounds"] < cfg.max_steps  # noqa: E731
         for _ in range(opts.max_pieces):
             draft = work["draft"]
             if draft and count_tokens(draft) >= cfg.max_new_tokens:
                 break
             shown: list[dict[str, Any]] = []
             query = self.query_before(question, draft, last_piece, opts)
-            if query and work["retrieval_rounds"] < cfg.max_steps:
+            if query and can_retrieve():
                 shown = self.retrieve(work, query, "before the piece", cfg, config)
             piece = self.write_piece(work, question, draft, shown, cfg, config, opts)
-            if piece and not shown and work["retrieval_rounds"] < cfg.max_steps:
+            if piece and not shown and can_retrieve():
                 trigger = self.check(work, question, draft, piece, opts)
                 if trigger is not None:
                     draft = join_text(draft, trigger.keep)

@@ -74,3 +74,12 @@ def test_the_format_rule_and_its_bound():
 def test_sentences_split_at_ends_and_line_breaks():
     assert split_sentences("Dr. Who? No. It is 2.5 mg.\nAnswer: yes") == ["Dr.", "Who?", "No.", "It is 2.5 mg.",
                                                                             "Answer: yes"]
+
+
+def test_without_tools_the_answer_is_written_without_retrieving_or_checking():
+    from tcrag_langgraph.methods.flare import build_flare_graph
+    from tcrag_langgraph.testing import ScriptedTokenScorer
+
+    scorer = ScriptedTokenScorer(default_logprob=-5.0)  # every token improbable
+    out = build_flare_graph(model=recording_model(["One.", "Answer: yes"]), scorer=scorer).invoke({"question": Q})
+    assert (out["tool_calls"], out["retrieval_rounds"], out["answer"]) == (0, 0, "yes") and scorer.calls == []

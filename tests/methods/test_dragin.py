@@ -59,6 +59,6 @@ def test_the_threshold_is_an_option_overridable_per_run():
 
 
 def test_a_scorer_without_entropies_halts_with_a_clear_reason():
-    graph = build_dragin_graph(model=recording_model(REPLIES), scorer=ScriptedScorer())
+    graph = build_dragin_graph(model=recording_model(REPLIES), tools=[scripted_tool("DOC_RAG", "x")], scorer=ScriptedScorer())
     out = graph.invoke({"question": Q})
     assert out["halt_reason"] == "scorer_error" and "token_stats" in out["error"]

@@ -78,6 +78,6 @@ def test_an_out_of_format_answer_is_re_prompted():
 def test_options_are_validated_and_a_scorer_without_token_log_probs_halts_cleanly():
     with pytest.raises(ValueError, match="threshold"):
         run(options={"threshold": 1.5})
-    graph = build_flare_graph(model=recording_model(REPLIES), scorer=ScriptedScorer())
+    graph = build_flare_graph(model=recording_model(REPLIES), tools=[scripted_tool("DOC_RAG", "x")], scorer=ScriptedScorer())
     out = graph.invoke({"question": Q})
     assert out["halt_reason"] == "scorer_error" and "token_logprobs" in out["error"]
