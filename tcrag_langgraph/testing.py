@@ -12,6 +12,8 @@ the real agent or its model.
 * :class:`RecordingChatModel` / :func:`recording_model`: replies in call order and records every
   prompt (unit tests that assert on what the model was shown).
 * :class:`ScriptedScorer`: the state value per scored text (exact or substring match).
+* :class:`ScriptedTokenScorer`: per-word log-probabilities and entropies (the token-level scorer
+  interface FLARE and DRAGIN read), each word one "token".
 * :func:`scripted_tool`, :func:`scripted_components`, :func:`scripted_graph`: a whole graph from a
   script.
 
@@ -66,6 +68,7 @@ __all__ = [
     "Script",
     "ScriptedChatModel",
     "ScriptedScorer",
+    "ScriptedTokenScorer",
     "RecordingChatModel",
     "recording_model",
     "ScriptExhausted",
@@ -242,6 +245,58 @@ class ScriptedScorer:
             if (key == text) if self.match == "exact" else (key in text):
                 return value
         return self.default
+
+
+class ScriptedTokenScorer:
+    """Token-level scorer stand-in: ``token_logprobs`` / ``token_stats`` / ``score`` where every
+    whitespace-separated word of the scored text is one "token", its log-probability and entropy
+    the values scripted for the word (lower-cased, punctuation stripped), else the defaults. Every
+    call is recorded in :attr:`calls` as ``(context, text)``.
+
+    Example:
+        >>> s = ScriptedTokenScorer(logprobs={"perhaps": -2.0}, entropies={"dose": 4.0})
+        >>> s.token_logprobs("Q?", "Perhaps a dose.")
+        [-2.0, -0.01, -0.01]
+        >>> [round(t.entropy, 2) for t in s.token_stats("Q?", "Perhaps a dose.")]
+        [0.1, 0.1, 4.0]
+    """
+
+    def __init__(self, logprobs: Optional[Mapping[str, float]] = None, entropies: Optional[Mapping[str, float]] = None,
+                 *, default_logprob: float = -0.01, default_entropy: float = 0.1) -> None:
+        if default_logprob > 0 or any(v > 0 for v in (logprobs or {}).values()):
+            raise ValueError("log-probabilities must be <= 0")
+        if default_entropy < 0 or any(v < 0 for v in (entropies or {}).values()):
+            raise ValueError("entropies must be >= 0")
+        self.logprobs = {_word_key(k): float(v) for k, v in (logprobs or {}).items()}
+        self.entropies = {_word_key(k): float(v) for k, v in (entropies or {}).items()}
+        self.default_logprob = float(default_logprob)
+        self.default_entropy = float(default_entropy)
+        self._lock = threading.Lock()
+        self.calls: list[tuple[str, str]] = []
+
+    def token_stats(self, context: str, text: str) -> list:
+        from .monitor.scoring import TokenStat
+
+        words = text.split()
+        if not words:
+            raise ValueError("nothing to score: the text has no tokens")
+        with self._lock:
+            self.calls.append((context, text))
+        # a word after the first carries its leading blank, as a real tokenizer's pieces do
+        return [TokenStat((" " if i else "") + w, self.logprobs.get(_word_key(w), self.default_logprob),
+                          self.entropies.get(_word_key(w), self.default_entropy)) for i, w in enumerate(words)]
+
+    def token_logprobs(self, context: str, text: str) -> list[float]:
+        return [t.logprob for t in self.token_stats(context, text)]
+
+    def score(self, query: str, text: str, *, metric: str) -> float:
+        from .monitor.state_values import token_logprobs_to_metric
+
+        return token_logprobs_to_metric(self.token_logprobs(query, text), metric)
+
+
+def _word_key(word: str) -> str:
+    return re.sub(r"^\W+|\W+$", "", word.lower())
 
 
 class RecordingChatModel(FakeListChatModel):

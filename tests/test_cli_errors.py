@@ -40,7 +40,7 @@ def empty_cache(tmp_path):
     (["--device", "tpu"], ["Invalid option", "--device"]),
     (["--sigma", "auto"], ["Not calibrated", "tcrag calibrate"]),
     (["--sigma", "-3"], ["Invalid option", "--sigma"]),
-    (["--method", "flare"], ["Invalid option", "choose from"]),
+    (["--method", "hykge"], ["Invalid option", "choose from"]),
     (["--scorer", "/no/such/model"], ["Invalid option", "--scorer"]),
     (["--base-url", "http://127.0.0.1:1/v1"], ["Invalid option", "provider:model"]),
     (["--model", "./no-such.gguf"], ["Invalid model", "does not exist"]),

@@ -47,7 +47,7 @@ def test_ask_method_picks_any_registry_method(script):
     assert (base["llm_calls"], base["tool_calls"]) == (1, 0)
     sr = _json(runner.invoke(app, ["ask", Q, "--scripted", str(script), "--method", "sr-rag", "--json"]))
     assert sr["tool_calls"] == 1 and sr["llm_calls"] == 1
-    refused = runner.invoke(app, ["ask", Q, "--scripted", str(script), "--method", "flare"])
+    refused = runner.invoke(app, ["ask", Q, "--scripted", str(script), "--method", "hykge"])
     assert refused.exit_code == 2 and "choose from" in refused.output
     for name in METHOD_NAMES:  # the refusal lists every registry name
         assert name in " ".join(refused.output.split())

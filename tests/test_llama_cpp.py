@@ -395,3 +395,16 @@ def test_the_cli_live_view_shows_the_reply_as_it_is_written_in_a_terminal_only()
     assert "writing:" not in piped.stdout and "Answer:" in piped.stdout
     # token by token: the transient line is redrawn with a growing reply
     assert terminal.stdout.count("writing:") >= 3 and "Answer:" in terminal.stdout
+
+
+def test_token_stats_agree_with_the_transformers_reference_on_the_same_gguf(lm, llama, one_torch_thread):
+    """DRAGIN's per-token entropies from llama.cpp's logits: within 2 % of the transformers float32
+    computation over the same file, the log-probs those of token_logprobs, the pieces the text."""
+    query, text = "Which vitamin deficiency causes scurvy?", "Vitamin C deficiency causes scurvy in sailors."
+    ours = LlamaCppScorer(model_loader=lambda: llama).token_stats(query, text)
+    reference = LocalLMScorer(lm).token_stats(query, text)
+    assert "".join(s.piece for s in ours) == text and len(ours) == len(reference)
+    for mine, ref in zip(ours, reference):
+        assert mine.entropy == pytest.approx(ref.entropy, rel=0.02, abs=0.01)
+    assert [s.logprob for s in ours] == pytest.approx(LlamaCppScorer(model_loader=lambda: llama).token_logprobs(
+        query, text), rel=1e-6)

@@ -169,3 +169,23 @@ def test_scorer_arguments_are_checked():
 
     assert CompletionsLogprobScorer.__module__ == "tcrag_langgraph.monitor.served"
     assert issubclass(RemoteScorerError, RuntimeError)
+
+
+def test_token_stats_give_each_tokens_text_log_prob_and_entropy_as_a_direct_computation(scorer):
+    """DRAGIN's per-token entropy: the entropy of the full next-token distribution, here from one plain
+    forward pass over the whole sequence (no prefix cache, every position's logits); the log-probs are
+    token_logprobs' own."""
+    lm = scorer.local_model
+    tok = lm.tokenizer
+    prefix = scorer._start_ids() + tok(QUERY + "\n", add_special_tokens=False)["input_ids"]
+    text_ids = tok(TEXT, add_special_tokens=False)["input_ids"]
+    with torch.no_grad():
+        rows = lm.model(torch.tensor([prefix + text_ids])).logits[0, len(prefix) - 1: -1].double()
+    logp = torch.log_softmax(rows, -1)
+    direct = (-(logp.exp() * logp).sum(-1)).tolist()
+    assert len(direct) == len(text_ids)
+    stats = scorer.token_stats(QUERY, TEXT)
+    assert "".join(s.piece for s in stats) == TEXT
+    assert [s.entropy for s in stats] == pytest.approx(direct, rel=1e-4)
+    assert [s.logprob for s in stats] == pytest.approx(scorer.token_logprobs(QUERY, TEXT), rel=1e-5)
+    assert max(direct) > 1.0 and min(direct) < max(direct)  # real, varying values

@@ -12,8 +12,9 @@ kernel owns the run glue they share, so each rule has one home:
   run ``context``; the caller is never taken from either (:func:`~.identity.caller_for_run`);
 * :meth:`RunKernel.ask` - one model call: generation budget and stop sequences, counted calls and
   tokens, a failure ends the run with ``model_error``;
-* :meth:`RunKernel.score` / :meth:`RunKernel.token_logprobs` - the state monitor's scorer, one check
-  that its value is finite (a failure ends the run with ``scorer_error``);
+* :meth:`RunKernel.score` / :meth:`RunKernel.token_logprobs` / :meth:`RunKernel.token_stats` - the
+  state monitor's scorer (values, token log-probs, per-token entropies), one check that its values
+  are finite (a failure ends the run with ``scorer_error``);
 * :meth:`RunKernel.call_tool` - a tool call through the one tool layer, acting for the caller of
   the trusted configuration or the authenticated server user;
 * :meth:`RunKernel.record` - a trace event, emitted live (:func:`~.events.emit`);
@@ -44,7 +45,7 @@ from langgraph.types import Command
 from pydantic import BaseModel, ConfigDict
 
 from ..models.local import cut_at_stop, resolve_chat_model, takes_generation_settings
-from ..monitor.scoring import MonitorUnavailableError, scorer_for_model
+from ..monitor.scoring import MonitorUnavailableError, TokenStat, scorer_for_model
 from ..monitor.state_values import measure, scorer_score
 from ..tools.layer import invoke_tool, is_tool_error
 from ..tools.layer.outcome import content_text
@@ -223,6 +224,24 @@ class RunKernel:
         if not all(math.isfinite(v) or v == -math.inf for v in values):
             raise ValueError("the scorer returned a log-probability that is not a number")
         return values
+
+    def token_stats(self, context: str, text: str) -> list[TokenStat]:
+        """Per token of ``text`` given ``context``: its text, log-probability and the entropy of the
+        next-token distribution at its position (the scorer's ``token_stats``, one teacher-forced pass
+        over the generator's own weights); a missing method or a value that is not finite raises
+        ``RunFailure("scorer_error")``."""
+        if self.scorer is None or not callable(getattr(self.scorer, "token_stats", None)):
+            raise RunFailure("scorer_error", "this run needs per-token entropies, but the graph's scorer has no "
+                             "token_stats(context, text) (a served completions endpoint returns no full "
+                             "next-token distribution; use the generator's own weights)")
+        try:
+            stats = [TokenStat(str(s[0]), float(s[1]), float(s[2])) for s in self.scorer.token_stats(context, text)]
+        except Exception as exc:
+            raise RunFailure("scorer_error", f"{type(exc).__name__}: {exc}") from exc
+        if not all(math.isfinite(s.entropy) and (math.isfinite(s.logprob) or s.logprob == -math.inf) for s in stats):
+            raise RunFailure("scorer_error", "ValueError: the scorer returned an entropy or log-probability that is "
+                             "not a number")
+        return stats
 
     # ----- tools -----
     def call_tool(self, work: dict[str, Any], tool: BaseTool, tool_input: Any, cfg: TCRAGConfig,

@@ -6,8 +6,15 @@ name               what it is
 ``base``           one LLM call, no retrieval
 ``cot``            one LLM call asked to reason step by step, then give the answer
 ``sr-rag``         single-round RAG: every tool is called once with the question, then one call
+``fl-rag``         retrieve every n tokens of the answer (the question, then the previous n tokens)
+``fs-rag``         retrieve every sentence of the answer (the question, then the previous sentence)
 ``react``          the TC-RAG stack machine with Backtrack, Summary and the state monitor off
                    (Thought / Plan / Tool_Use / Conclusion, the model decides when to stop)
+``flare``          FLARE: retrieve with the tentative next sentence when one of its tokens has a
+                   probability below a threshold (the generator's own weights)
+``dragin``         DRAGIN without attention: retrieve when a content token's entropy is high
+``self-rag``       Self-RAG with prompted reflections (Retrieve?, IsRel, IsSup, IsUse asked of the
+                   same model; no trained critic)
 ``tcrag-cppl``     TC-RAG, state monitor on conditional perplexity
 ``tcrag-uct``      TC-RAG, state monitor on uncertainty
 ``wo-backtrack``   TC-RAG without the Backtrack action
@@ -23,8 +30,9 @@ name               what it is
 The registry of every method the library has: the faces (``tcrag ask/serve``, Studio) and the
 evaluation harness build methods through it. ReAct and the ablations are not copies: they are
 :func:`tcrag_langgraph.build_graph` with switches of :class:`~tcrag_langgraph.TCRAGConfig`. Base,
-CoT and SR-RAG (:mod:`.baselines`) and the papers' methods (CRP-RAG, KAG-Thinker, TCM-DiffRAG)
-are graphs of their own; every builder has the same signature and stands on the run kernel
+CoT and SR-RAG (:mod:`.baselines`), the retrieval-while-writing baselines (FL-RAG, FS-RAG, FLARE,
+DRAGIN: :mod:`.adaptive` and one module each), Self-RAG (:mod:`.self_rag`) and the papers' methods
+(CRP-RAG, KAG-Thinker, TCM-DiffRAG) are graphs of their own; every builder has the same signature and stands on the run kernel
 (:mod:`tcrag_langgraph.machine.kernel`). Every method is invoked with
 ``{"question": ...}`` and returns at least ``answer``, ``structured_answer``, ``answer_validated``,
 ``halt_reason``, ``llm_calls``, ``tool_calls``, ``steps`` and ``trace``. Per-run options (above all
@@ -115,6 +123,17 @@ METHODS: dict[str, MethodSpec] = {
                    takes_options=True, indexes_documents=True),
         MethodSpec("kag-thinker", "KAG-Thinker", "Papers", "tcrag_langgraph.methods.kag_thinker:build_kag_thinker_graph",
                    uses_scorer=True, takes_options=True),
+        # the paper's other Table 1 baselines (issue 24 item 3), after its own rows and the other papers' methods
+        MethodSpec("fl-rag", "FL-RAG", "Naive RAG", "tcrag_langgraph.methods.fl_rag:build_fl_rag_graph",
+                   takes_options=True),
+        MethodSpec("fs-rag", "FS-RAG", "Naive RAG", "tcrag_langgraph.methods.fs_rag:build_fs_rag_graph",
+                   takes_options=True),
+        MethodSpec("self-rag", "Self-RAG", "Adaptive RAG", "tcrag_langgraph.methods.self_rag:build_self_rag_graph",
+                   takes_options=True),
+        MethodSpec("flare", "FLARE", "Adaptive RAG", "tcrag_langgraph.methods.flare:build_flare_graph",
+                   uses_scorer=True, takes_options=True),
+        MethodSpec("dragin", "DRAGIN", "Adaptive RAG", "tcrag_langgraph.methods.dragin:build_dragin_graph",
+                   uses_scorer=True, takes_options=True),
     )
 }
 METHOD_NAMES: tuple[str, ...] = tuple(METHODS)
@@ -179,9 +198,10 @@ def build_method(
     ``config`` is the shared base configuration (max_steps, max_new_tokens, temperature, ...);
     ``scorer`` the state monitor for the TC-RAG variants (``None`` = the generator's own weights);
     ``documents`` what a method that indexes documents itself (DiffRAG) reads instead of calling
-    tools (``None``: its default); the other methods ignore it. ``options`` are the own options of a
-    papers' method (``CRPRAGOptions``, ``KAGThinkerOptions``, ``DiffRAGOptions`` fields, e.g. a
-    smaller CRP-RAG graph for a CPU budget); the other methods have none and refuse them.
+    tools (``None``: its default); the other methods ignore it. ``options`` are a method's own options
+    (``CRPRAGOptions``, ``KAGThinkerOptions``, ``DiffRAGOptions``, ``FLRAGOptions``, ``FSRAGOptions``,
+    ``FLAREOptions``, ``DRAGINOptions``, ``SelfRAGOptions`` fields, e.g. a smaller CRP-RAG graph for a
+    CPU budget or FLARE's threshold); the other methods have none and refuse them.
     ``build_options`` go to the builder as they are (``checkpointer``, ``store``,
     ``trust_client_identity``).
     """

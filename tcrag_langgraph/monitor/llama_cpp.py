@@ -4,6 +4,7 @@ teacher-forced pass over llama.cpp's own logits of the generator's GGUF (see
 
 from __future__ import annotations
 
+import math
 import os
 import sys
 import threading
@@ -14,7 +15,7 @@ from typing import Any, Callable, Optional
 from ..models.llama_cpp import (LlamaCppChatModel, LlamaCppModel, _decode, _logits_row, _log_softmax_at, default_threads,
                                 load_llama_model)
 from ..models.local import LocalModelError
-from .scoring import LocalLMScorer, token_logprobs_to_metric
+from .scoring import LocalLMScorer, TokenStat, token_logprobs_to_metric
 
 __all__ = ["LlamaCppScorer", "PRECISIONS", "f16_copy"]
 
@@ -100,7 +101,7 @@ class _quiet_native:
 
 class LlamaCppScorer:
     """cppl / uct from llama.cpp's own logits over a GGUF: the scorer interface of
-    :class:`~tcrag_langgraph.monitor.scoring.LocalLMScorer` (``score``, ``token_logprobs``).
+    :class:`~tcrag_langgraph.monitor.scoring.LocalLMScorer` (``score``, ``token_logprobs``, ``token_stats``).
 
     The token sequence is that of ``LocalLMScorer``: a start token (the GGUF's BOS, else its EOS),
     ``context + "\\n"`` and ``text``, each tokenized on its own; one teacher-forced pass with logits
@@ -189,6 +190,22 @@ class LlamaCppScorer:
         delegate = self._transformers_delegate()
         if delegate is not None:
             return delegate.token_logprobs(context, text)
+        rows, targets = self._scored_rows(context, text)
+        return [_log_softmax_at(row, target) for row, target in zip(rows, targets)]
+
+    def token_stats(self, context: str, text: str) -> list[TokenStat]:
+        """Per token of ``text``: its text, its log P (as :meth:`token_logprobs`) and the entropy (nats) of
+        the whole next-token distribution at its position, from the same teacher-forced pass (float64)."""
+        delegate = self._transformers_delegate()
+        if delegate is not None:
+            return delegate.token_stats(context, text)
+        rows, targets = self._scored_rows(context, text)
+        lm = self.local_model
+        return [TokenStat(lm.detokenize([target]), _log_softmax_at(row, target), _entropy(row))
+                for row, target in zip(rows, targets)]
+
+    def _scored_rows(self, context: str, text: str) -> tuple[list[Any], list[int]]:
+        """The logit rows predicting each token of ``text`` given ``context`` (one pass), and those tokens."""
         lm = self.local_model
         text_ids = lm.tokenize(text, special=True)
         if not text_ids:
@@ -205,7 +222,7 @@ class LlamaCppScorer:
             raise ValueError("nothing to score: the text is a single token with no context")
         with lm.lock:
             rows = self._logits(lm, ids, first)
-        return [_log_softmax_at(row, ids[first + j]) for j, row in enumerate(rows)]
+        return rows, ids[first:]
 
     def _state(self, lm: LlamaCppModel, need: int) -> _ScoreState:
         """The scoring weights and a context of at least ``need`` tokens (created on first use)."""
@@ -267,3 +284,14 @@ class LlamaCppScorer:
             state.tokens.extend(part)
         self.evaluated_tokens += len(todo)
         return rows
+
+
+def _entropy(row) -> float:
+    """The entropy (nats) of the softmax of one logit row, in float64 (0 log 0 = 0)."""
+    import numpy as np
+
+    x = row.astype(np.float64)
+    logp = x - x.max()
+    logp -= math.log(np.exp(logp).sum())
+    p = np.exp(logp)
+    return float(-(p * np.where(p > 0, logp, 0.0)).sum())

@@ -30,7 +30,7 @@ Lower is more confident. Example:
 from __future__ import annotations
 
 import threading
-from typing import Any, Callable, Literal, Optional, Protocol, runtime_checkable
+from typing import Any, Callable, Literal, NamedTuple, Optional, Protocol, runtime_checkable
 
 from ..models.kv_cache import PrefixStateCache, crop_cache
 from ..models.local import LocalChatModel, LocalModel, load_local_model
@@ -38,6 +38,7 @@ from .state_values import token_logprobs_to_metric
 
 __all__ = [
     "StateScorer",
+    "TokenStat",
     "LocalLMScorer",
     "Metric",
     "token_logprobs_to_metric",
@@ -46,6 +47,15 @@ __all__ = [
 ]
 
 Metric = Literal["cppl", "uct"]
+
+
+class TokenStat(NamedTuple):
+    """One scored token: its text, its log-probability, and the entropy (nats) of the next-token
+    distribution at its position (what DRAGIN's real-time information need reads)."""
+
+    piece: str
+    logprob: float
+    entropy: float
 
 
 @runtime_checkable
@@ -123,6 +133,28 @@ class LocalLMScorer:
         """log P of each token of ``text`` given ``context`` and the text before it (one pass)."""
         import torch
 
+        logits, target, _ = self._scored_logits(context, text)
+        logp = torch.log_softmax(logits, dim=-1)
+        return logp.gather(1, target[:, None])[:, 0].tolist()
+
+    def token_stats(self, context: str, text: str) -> list[TokenStat]:
+        """Per token of ``text``: its text, its log P (as :meth:`token_logprobs`) and the entropy (nats) of
+        the whole next-token distribution it was drawn from, from the same teacher-forced pass."""
+        import torch
+
+        logits, target, scored_ids = self._scored_logits(context, text)
+        chosen = torch.log_softmax(logits, dim=-1).gather(1, target[:, None])[:, 0].tolist()  # = token_logprobs
+        # the entropy in float64 over the whole vocabulary: -sum p log p, with 0 log 0 = 0
+        wide = torch.log_softmax(logits.double(), dim=-1)
+        entropy = (-(wide.exp() * torch.nan_to_num(wide, neginf=0.0)).sum(-1)).tolist()
+        tok = self.local_model.tokenizer
+        return [TokenStat(tok.decode([i]), lp, h) for i, lp, h in zip(scored_ids, chosen, entropy)]
+
+    def _scored_logits(self, context: str, text: str):
+        """The logits predicting each scored token of ``text`` (one teacher-forced pass), the target ids
+        as a tensor, and as a list."""
+        import torch
+
         lm = self.local_model
         tok = lm.tokenizer
         text_ids = tok(text, add_special_tokens=False)["input_ids"]
@@ -147,9 +179,7 @@ class LocalLMScorer:
                 keep = len(ids) - first + 1
                 out = lm.model(torch.tensor([ids], device=lm.device), logits_to_keep=keep)
                 logits = out.logits[0, :-1].float()
-        logp = torch.log_softmax(logits, dim=-1)
-        target = torch.tensor(ids[first:], device=logp.device)
-        return logp.gather(1, target[:, None])[:, 0].tolist()
+        return logits, torch.tensor(ids[first:], device=logits.device), ids[first:]
 
     def _logits_with_prefix_cache(self, ids: list[int], first: int):
         """Logits at positions ``first-1 .. len(ids)-2`` (those predicting the scored tokens), the

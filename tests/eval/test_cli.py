@@ -58,7 +58,7 @@ def test_eval_noise_attack_needs_tools_and_marks_rows(app, data, tmp_path):
 
 
 def test_eval_rejects_bad_options(app, data, tmp_path):
-    r = CliRunner().invoke(app, ["eval", "--dataset", str(data), "--method", "flare", "--out", str(tmp_path)])
+    r = CliRunner().invoke(app, ["eval", "--dataset", str(data), "--method", "hykge", "--out", str(tmp_path)])
     assert r.exit_code != 0 and "unknown methods" in r.output
     r = CliRunner().invoke(app, ["eval", "--dataset", str(tmp_path / "nope.jsonl"), "--out", str(tmp_path)],
                            env={"COLUMNS": "300"})

@@ -35,7 +35,7 @@ def test_switches_of_stack_machine_methods():
     wo = tcrag_config_for("wo-backtrack", config=base)
     assert not wo.enable_backtrack and wo.enable_summary and wo.enable_state_monitor
     with pytest.raises(ValueError, match="unknown method"):
-        build_method("flare", model=model("x"))
+        build_method("hykge", model=model("x"))  # a Table 1 baseline still absent
     with pytest.raises(ValueError, match="not a stack-machine"):
         tcrag_config_for("base")
 
@@ -116,7 +116,7 @@ def test_build_methods_shares_pieces_and_rejects_unknown():
     graphs = build_methods(["base", "react", "base"], model=model("Conclusion: B"), scorer=TextScorer())
     assert list(graphs) == ["base", "react"]
     with pytest.raises(ValueError, match="unknown methods"):
-        build_methods(["base", "self-rag"], model=model("x"))
+        build_methods(["base", "sure"], model=model("x"))  # SuRe: a Table 1 baseline still absent
     with pytest.raises(TypeError):
         build_method("base", model=42)  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="not a model folder"):  # a name is resolved like every builder's
