@@ -2,7 +2,7 @@
 
 ``langgraph.json`` points at :func:`studio_graph` (TC-RAG), and at one factory per other method it
 offers (:data:`STUDIO_METHODS`: CRP-RAG, KAG-Thinker, TCM-DiffRAG and the baselines Base, CoT,
-SR-RAG, ReAct), each a graph factory (the Agent Server calls it per request) returning one graph
+SR-RAG, ReAct, FL-RAG, FS-RAG, FLARE, DRAGIN, Self-RAG), each a graph factory (the Agent Server calls it per request) returning one graph
 built on the first call, with the bounded budgets of ``tcrag ask`` (6 steps, 64 new tokens; a run's
 context sets others). All sit behind the same authentication; ``studio.graph`` is the same graph for Python
 users. Nothing is built at import, so importing this module never builds the real agent. It is compiled **without** a checkpointer (the LangGraph API
@@ -29,13 +29,15 @@ from typing import Any, Optional
 from tcrag_langgraph.testing import SCRIPT_ENV
 
 __all__ = ["make_graph", "studio_graph", "graph", "SCRIPT_ENV", "STUDIO_METHODS", "crp_rag_graph",
-           "kag_thinker_graph", "diffrag_graph", "base_graph", "cot_graph", "sr_rag_graph", "react_graph"]
+           "kag_thinker_graph", "diffrag_graph", "base_graph", "cot_graph", "sr_rag_graph", "react_graph",
+           "fl_rag_graph", "fs_rag_graph", "flare_graph", "dragin_graph", "self_rag_graph"]
 
 #: the graphs langgraph.json exports: its id -> the registry method it serves. TC-RAG, the three
 #: papers' methods, and the baselines to compare them with.
 STUDIO_METHODS: dict[str, str] = {
     "tcrag": "tcrag", "crp-rag": "crp-rag", "kag-thinker": "kag-thinker", "diffrag": "diffrag",
     "base": "base", "cot": "cot", "sr-rag": "sr-rag", "react": "react",
+    "fl-rag": "fl-rag", "fs-rag": "fs-rag", "flare": "flare", "dragin": "dragin", "self-rag": "self-rag",
 }
 
 _built: dict[str, Any] = {}
@@ -119,6 +121,11 @@ base_graph = _factory("base")
 cot_graph = _factory("cot")
 sr_rag_graph = _factory("sr-rag")
 react_graph = _factory("react")
+fl_rag_graph = _factory("fl-rag")
+fs_rag_graph = _factory("fs-rag")
+flare_graph = _factory("flare")
+dragin_graph = _factory("dragin")
+self_rag_graph = _factory("self-rag")
 
 
 def __getattr__(name: str) -> Any:
