@@ -95,7 +95,7 @@ class BranchStash:
     ~28 KB); ``min_tokens`` is the least gain worth a save or a restore.
     """
 
-    def __init__(self, *, max_bytes: int = 64 << 20, min_tokens: int = 32) -> None:
+    def __init__(self, *, max_bytes: int = 48 << 20, min_tokens: int = 32) -> None:
         if max_bytes < 0 or min_tokens < 1:
             raise ValueError("max_bytes must be >= 0 and min_tokens >= 1")
         self.max_bytes = max_bytes
