@@ -15,15 +15,24 @@ or different server, so clients can be tested against real HTTP responses:
 * ``defect-offsets``: ``text_offset`` that is not the running length of the tokens;
 * any other name: HTTP 404 as vLLM does for an unknown model.
 
-Run: ``python tests/completions_logprob_server.py --port P [--api-key-env VAR]``.
+Concurrent requests: the model work of a request (forward pass, generation) runs in a worker
+thread, so the event loop keeps taking requests; ``--parallel K`` (default 1) lets up to K of them
+compute at once, the others wait their turn. Every request is computed from its own token ids alone:
+``generate`` starts a new key/value cache for each call and nothing is kept between requests, so an
+answer cannot depend on which requests ran before it or beside it (greedy answers are the same for
+any K and any interleaving; tests/eval/test_concurrency_served.py checks this through ``tcrag eval``).
+
+Run: ``python tests/completions_logprob_server.py --port P [--api-key-env VAR] [--parallel K]``.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import threading
 import time
 
+import anyio
 import torch
 import uvicorn
 from starlette.applications import Starlette
@@ -55,8 +64,38 @@ def prompt_logprobs(lm, ids: list[int], k: int) -> tuple[list, list]:
     return values, tops
 
 
-def make_app(api_key: str | None) -> Starlette:
+def make_app(api_key: str | None, parallel: int = 1) -> Starlette:
+    if parallel < 1:
+        raise ValueError(f"parallel must be at least 1, got {parallel}")
     lm = load_local_model()
+    slots = threading.BoundedSemaphore(parallel)
+    # requests received and not yet answered (now and at most), so a client can see its own concurrency
+    stats = {"requests": 0, "in_flight": 0, "peak_in_flight": 0}
+
+    def counted(endpoint):
+        async def wrapper(request: Request) -> JSONResponse:
+            stats["requests"] += 1
+            stats["in_flight"] += 1
+            stats["peak_in_flight"] = max(stats["peak_in_flight"], stats["in_flight"])
+            try:
+                return await endpoint(request)
+            finally:
+                stats["in_flight"] -= 1
+        return wrapper
+
+    def _in_slot(fn, *args):
+        with slots, torch.no_grad():
+            return fn(*args)
+
+    async def compute(fn, *args):
+        """Run ``fn(*args)`` in a worker thread once one of the ``parallel`` slots is free."""
+        return await anyio.to_thread.run_sync(_in_slot, fn, *args)
+
+    def generate(ids: list[int], limit: int) -> list[int]:
+        """Greedy continuation of ``ids``; a fresh key/value cache for this call only."""
+        out = lm.model.generate(torch.tensor([ids]), max_new_tokens=limit, do_sample=False,
+                                pad_token_id=lm.tokenizer.eos_token_id)
+        return out[0, len(ids):].tolist()
 
     async def completions(request: Request) -> JSONResponse:
         if api_key and request.headers.get("authorization") != f"Bearer {api_key}":
@@ -75,15 +114,11 @@ def make_app(api_key: str | None) -> Starlette:
         echo = bool(body.get("echo", False))
         max_tokens = int(body.get("max_tokens", 16) or 0)
         ids = lm.tokenizer(prompt)["input_ids"]
-        with lm.lock:
-            values, tops = prompt_logprobs(lm, ids, int(k or 0))
+        values, tops = await compute(prompt_logprobs, lm, ids, int(k or 0))
         tokens = [lm.tokenizer.decode([i]) for i in ids]
         generated = []
         if max_tokens > 0:
-            with lm.lock, torch.no_grad():
-                out = lm.model.generate(torch.tensor([ids]), max_new_tokens=max_tokens, do_sample=False,
-                                        pad_token_id=lm.tokenizer.eos_token_id)
-            generated = out[0, len(ids):].tolist()
+            generated = await compute(generate, ids, max_tokens)
         text = (prompt if echo else "") + lm.tokenizer.decode(generated)
         logprobs = None
         if k is not None:
@@ -129,10 +164,7 @@ def make_app(api_key: str | None) -> Starlette:
         stop = body.get("stop") or []
         stop = [stop] if isinstance(stop, str) else list(stop)
         ids = lm.tokenizer.apply_chat_template(messages, add_generation_prompt=True, return_dict=True)["input_ids"]
-        with lm.lock, torch.no_grad():
-            out = lm.model.generate(torch.tensor([ids]), max_new_tokens=limit, do_sample=False,
-                                    pad_token_id=lm.tokenizer.eos_token_id)
-        generated = out[0, len(ids):].tolist()
+        generated = await compute(generate, ids, limit)
         text = lm.tokenizer.decode(generated, skip_special_tokens=True)
         finish = "length" if len(generated) >= limit else "stop"
         cuts = [text.find(s) for s in stop if s and s in text]
@@ -152,9 +184,16 @@ def make_app(api_key: str | None) -> Starlette:
     async def models(request: Request) -> JSONResponse:
         return JSONResponse({"object": "list", "data": [{"id": MODEL_NAME, "object": "model"}]})
 
+    async def get_stats(request: Request) -> JSONResponse:
+        """Counts of completions requests; ``POST`` resets the peak (between two client runs)."""
+        if request.method == "POST":
+            stats["requests"], stats["peak_in_flight"] = 0, stats["in_flight"]
+        return JSONResponse({**stats, "parallel": parallel})
+
     return Starlette(routes=[
-        Route("/v1/completions", completions, methods=["POST"]),
-        Route("/v1/chat/completions", chat_completions, methods=["POST"]),
+        Route("/v1/completions", counted(completions), methods=["POST"]),
+        Route("/v1/chat/completions", counted(chat_completions), methods=["POST"]),
+        Route("/stats", get_stats, methods=["GET", "POST"]),
         Route("/health", health),
         Route("/v1/models", models),
     ])
@@ -164,10 +203,11 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--port", type=int, required=True)
     parser.add_argument("--api-key-env", default=None, help="environment variable holding the required API key")
+    parser.add_argument("--parallel", type=int, default=1, help="requests computed at once (default 1)")
     args = parser.parse_args()
     torch.set_num_threads(1)
     api_key = os.environ.get(args.api_key_env) if args.api_key_env else None
-    uvicorn.run(make_app(api_key), host="127.0.0.1", port=args.port, log_level="warning")
+    uvicorn.run(make_app(api_key, args.parallel), host="127.0.0.1", port=args.port, log_level="warning")
 
 
 if __name__ == "__main__":

@@ -177,6 +177,21 @@ def test_concurrent_runs_give_the_same_rows_in_the_same_order(tmp_path):
         assert in_file == outs[n]
     assert outs[1] == outs[4] and len(outs[1]) == 18
     assert peak[0] > 1  # the second setting really ran several at once
+    # A run stopped after 7 rows (and half a line) resumes at 4 in flight: the file it ends with is
+    # the one-at-a-time file, and only the missing 11 runs were made.
+    import shutil
+
+    resumed = tmp_path / "resumed"
+    resumed.mkdir()
+    shutil.copy(tmp_path / "n1" / "run.json", resumed / "run.json")
+    lines = (tmp_path / "n1" / "results.jsonl").read_text().splitlines(keepends=True)
+    (resumed / "results.jsonl").write_text("".join(lines[:7]) + lines[7][:20])
+    made = []
+    graphs = build_methods(["base", "tcrag-cppl", "react"], model=SlowDrugModel(responses=["unused"], seen=[]),
+                           scorer=DrugScorer(), sigmas={"cppl": 5.0})
+    rows = run_evaluation(records, graphs, out_dir=resumed, progress=False, concurrency=4, on_row=made.append)
+    assert len(made) == 11 and [tuple(r.get(k) for k in keys) for r in rows] == outs[1]
+    assert [tuple(r.get(k) for k in keys) for r in read_results(resumed / "results.jsonl")] == outs[1]
     with pytest.raises(ValueError, match="concurrency"):
         run_evaluation(records, graphs, progress=False, concurrency=0)
 
