@@ -391,7 +391,7 @@ def register(app: typer.Typer) -> None:
         """Evaluate methods on a dataset: accuracy and cost per method (paper Tables 1, 2, 5)."""
         from ..machine.config import TCRAGConfig
         from ..monitor.calibration import CalibrationNotFoundError
-        from .datasets import sample_records, task_name
+        from .datasets import answer_format_for, sample_records, task_name
         from ..methods.registry import METHODS, build_methods
         from .noise import NoiseBank, PoisonController, poison_tools
         from .runner import SettingsMismatch, run_evaluation, summarize, summary_markdown, table_rows, write_summary
@@ -407,8 +407,12 @@ def register(app: typer.Typer) -> None:
         all_records = _load_records(dataset, split, context, long_answers, fields, task, answer_index_base)
         records = sample_records(all_records, limit=limit, seed=seed if limit else None)
         ctask = calibration_task or task_name(dataset)
+        # The runs' one answer format (every run still passes its own): a choice made when the graphs
+        # are built, sigma="auto" picking answer_prob, must see the answers every run will declare.
+        formats = {answer_format_for(r) for r in records}
+        shared = next(iter(formats)) if len(formats) == 1 else None
         cfg = TCRAGConfig(max_steps=max_steps, max_new_tokens=max_new_tokens, temperature=temperature,
-                          calibration_task=ctask)
+                          calibration_task=ctask, **({"answer_format": shared} if isinstance(shared, tuple) else {}))
         sigma_given = {**_sigma_pairs(sigma), **{k: v for k, v in (("cppl", sigma_cppl), ("uct", sigma_uct)) if v}}
         api_key = _key(api_key_env)
         chat = resolve_model(model, max_new_tokens=max_new_tokens, temperature=temperature, base_url=base_url,

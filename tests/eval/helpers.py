@@ -157,3 +157,10 @@ def packaged_scorer():
     from tcrag_langgraph.monitor.scoring import LocalLMScorer
 
     return LocalLMScorer()
+
+
+def yes_likely_token_scorer():
+    """Token log-probs where "yes" is far likelier than "no" and "maybe" (answer_prob of yes ~0.07)."""
+    from tcrag_langgraph.testing import ScriptedTokenScorer
+
+    return ScriptedTokenScorer(logprobs={"yes": -0.05, "no": -3.0, "maybe": -4.0})

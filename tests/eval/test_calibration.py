@@ -301,6 +301,24 @@ def test_calibrate_measures_every_state_value_on_the_runs_own_evidence(app, data
     assert "best AUROC first" in result.output
 
 
+def test_eval_tcrag_auto_picks_answer_prob_for_a_task_whose_answers_are_choices(app, data, tmp_path, cache):
+    """tcrag eval builds its graphs before any run declares its answers: the runs' one answer format
+    (yes/no/maybe here) must reach that choice, or sigma="auto" could never pick answer_prob."""
+    from tcrag_langgraph.eval.datasets import task_name
+
+    task = task_name(str(data))
+    for metric, auroc, sigma in (("cppl", 0.60, 0.3), ("answer_prob", 0.90, 0.45)):
+        save_calibration(_calibration(model_id="scripted-named", metric=metric, auroc=auroc, sigma=sigma, task=task,
+                                      details={"supported": True}))
+    out = tmp_path / "auto"
+    result = CliRunner().invoke(app, ["eval", "--dataset", str(data), "--method", "tcrag-auto", "--model",
+                                      f"{H}:named_yes_model", "--scorer", f"{H}:yes_likely_token_scorer",
+                                      "--no-progress", "--limit", "2", "--seed", "0", "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    rows = [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()]
+    assert [(r["metric"], r["sigma"], r["validated"]) for r in rows] == [("answer_prob", 0.45, True)] * 2
+
+
 def test_sigma_auto_picks_the_state_value_with_the_best_auroc_on_the_task(cache):
     from tcrag_langgraph.monitor.calibration import resolve_monitor
 
