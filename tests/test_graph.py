@@ -194,7 +194,8 @@ def test_a_rejection_stands_until_evidence_a_backtrack_or_a_summary_answers_it()
     turns = [m[-1].content for m in model.seen]
     noted = ["Your last Conclusion was not supported (state value 99)" in t for t in turns]
     assert noted == [False, True, True, True, False]
-    assert "must be one of: Backtrack to drop a misleading step; Summary to condense the evidence." in turns[1]
+    assert "drop a misleading step (Backtrack), condense the evidence (Summary)." in turns[1]
+    assert "Backtrack: <why the last step was useless>" in turns[1] and "Conclusion:" not in turns[1].split("Thought.")[1]
     assert out["halt_reason"] == "validated" and out["answer"] == "Metformin"
     # a different Conclusion right after a rejection is scored like any other
     out, model, _ = run(["Conclusion: Insulin", "Conclusion: Metformin"],

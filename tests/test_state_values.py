@@ -126,5 +126,6 @@ def test_a_rejected_conclusion_tells_the_model_what_to_do_instead():
     turns = [m[-1].content for m in model.seen]
     assert "not supported" not in turns[0]
     assert "Your last Conclusion was not supported (state value 50)" in turns[1]
-    assert "Tool_Use with a new, more specific query" in turns[1] and "Backtrack" not in turns[1].split("not supported")[1]
+    assert "search with a new, more specific query (Tool_Use)" in turns[1] and "Tool_Use: <one of DOC_RAG>" in turns[1]
+    assert "Backtrack" not in turns[1].split("not supported")[1]
     assert "not supported" not in turns[2]  # only right after the rejection

@@ -155,7 +155,7 @@ class _Machine(RunKernel):
         rendered = render_stack(stack)
         turn = (final_turn_text(rendered, answer_rule=answer_rule) if final
                 else turn_text(rendered, steps_left=cfg.max_steps - steps, answer_rule=answer_rule,
-                               rejected=rejected_note(rejected, transitions.ways_after_rejection(allowed))
+                               rejected=rejected_note(rejected, transitions.ways_after_rejection(allowed), list(self.tools))
                                if rejected is not None else ""))
         messages.append(HumanMessage(content=turn))
         for item in state.get("format_feedback", []):
@@ -177,8 +177,8 @@ class _Machine(RunKernel):
                 if repeat is not None:  # told once what to do instead; a second repeat halts (Conclusion node)
                     ways = transitions.ways_after_rejection(allowed)
                     note = (f"You wrote again the Conclusion the state monitor rejected at step {repeat.step}: it is "
-                            "not supported by what is on the stack. Do not write it again; your next action must be "
-                            "one of: " + ", ".join(ways) + ".")
+                            "not supported by what is on the stack. Do not write it again. "
+                            + format_instructions(ways, list(self.tools)))
                     trace = self.record(state.get("trace"), config, TraceEvent(
                         step=steps, action="Format_Error", op="format_error", content=text[:500],
                         stack_depth=len(stack), state_value=state.get("state_value"), detail=note))

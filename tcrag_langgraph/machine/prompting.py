@@ -34,17 +34,21 @@ def system_prompt(tools: Sequence[BaseTool], allowed_actions: Sequence[str], *, 
     )
 
 
-def rejected_note(event: Any, ways: Sequence[str]) -> str:
+def rejected_note(event: Any, ways: Sequence[str], tool_names: Sequence[str] = ()) -> str:
     """What the model is told while a Conclusion the monitor rejected is unanswered (it stays on the
-    stack as a Thought): that it was not supported, and the actions it may take before concluding."""
-    described = {"Tool_Use": "Tool_Use with a new, more specific query", "Backtrack": "Backtrack to drop a misleading step",
-                 "Summary": "Summary to condense the evidence"}
-    choices = [described.get(w, w) for w in ways]
+    stack as a Thought): that it was not supported, and the actions it may take before concluding,
+    in the exact form to write them (Qwen2.5-Coder-0.5B copied a prose description of an action,
+    "Tool_Use with a new, more specific query", as its action)."""
+    from .actions import format_instructions
+
     value = f" (state value {event.state_value:.3g})" if getattr(event, "state_value", None) is not None else ""
+    head = f"Your last Conclusion was not supported{value}; it is kept above as a Thought."
     if "Conclusion" in ways:  # nothing else to do in this run
-        return f"Your last Conclusion was not supported{value}; it is kept above as a Thought. Do not repeat it."
-    return (f"Your last Conclusion was not supported{value}; it is kept above as a Thought. Before you conclude "
-            "again, your next action must be one of: " + "; ".join(choices) + ".")
+        return f"{head} Do not repeat it."
+    why = {"Tool_Use": "search with a new, more specific query (Tool_Use)",
+           "Backtrack": "drop a misleading step (Backtrack)", "Summary": "condense the evidence (Summary)"}
+    purposes = ", ".join(why[w] for w in ways if w in why)
+    return f"{head} Before you conclude again, {purposes}. " + format_instructions(ways, tool_names)
 
 
 def turn_text(rendered_stack: str, *, steps_left: Optional[int] = None, answer_rule: str = "",
