@@ -172,13 +172,19 @@ class ActiveRetrievalKernel(RunKernel):
         return self.begin(state, config, cfg, goto="Generate",
                           fresh=fresh_run(evidence=[], draft="", retrieval_rounds=0, raw_output=""))
 
-    def generate(self, state: ActiveState, config: RunnableConfig, runtime: Runtime, work: dict[str, Any]) -> Command[
-        Literal["Answer"]
-    ]:
+    def start_writing(self, state: ActiveState, config: RunnableConfig, runtime: Runtime,
+                      work: dict[str, Any]) -> tuple[TCRAGConfig, Any, str]:
+        """A ``Generate`` node's start: this run's settings and own options, ``work`` reset to the
+        run's counters with no evidence, draft or retrieval yet, and the question."""
         cfg, opts = self.settings(config, runtime)
         work.update(self.counters(state), evidence=[], draft="", retrieval_rounds=0,
                     trace=list(state.get("trace") or []))
-        question = state["question"]
+        return cfg, opts, state["question"]
+
+    def generate(self, state: ActiveState, config: RunnableConfig, runtime: Runtime, work: dict[str, Any]) -> Command[
+        Literal["Answer"]
+    ]:
+        cfg, opts, question = self.start_writing(state, config, runtime, work)
         last_piece = ""
         can_retrieve = lambda: bool(self.tools) and work["retrieval_rounds"] < cfg.max_steps  # noqa: E731
         for _ in range(opts.max_pieces):

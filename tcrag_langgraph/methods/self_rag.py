@@ -120,10 +120,7 @@ class _SelfRAG(ActiveRetrievalKernel):
     def generate(self, state: ActiveState, config: RunnableConfig, runtime: Runtime, work: dict[str, Any]) -> Command[
         Literal["Answer"]
     ]:
-        cfg, opts = self.settings(config, runtime)
-        work.update(self.counters(state), evidence=[], draft="", retrieval_rounds=0,
-                    trace=list(state.get("trace") or []))
-        question = state["question"]
+        cfg, opts, question = self.start_writing(state, config, runtime, work)
         wants = read_reflection("retrieve", self.reflect(work, "retrieve", question, None, None, cfg, config))
         retrieve = opts.retrieve_when_unclear if wants is None else wants == 1.0
         self._event(work, config, "Thought", "noop", f"Retrieve? {'Yes' if retrieve else 'No'}",

@@ -589,16 +589,8 @@ def _reusable_prefix(llm: Any, prompt: list[int]) -> int:
     """Prompt tokens llama-cpp-python's ``generate`` will take from the cache (its own rule: the longest
     common prefix with the evaluated tokens, one less when the whole prompt matches, so the last
     prompt token is evaluated again to give the next-token logits)."""
-    n = int(llm.n_tokens)
-    if n == 0:
-        return 0
-    cached = llm.input_ids[:n]
-    k = 0
-    for a, b in zip(cached, prompt):
-        if int(a) != b:
-            break
-        k += 1
-    return k - 1 if k == len(prompt) else k
+    k = common_prefix(llm.input_ids[:int(llm.n_tokens)], prompt)
+    return k - 1 if k and k == len(prompt) else k
 
 
 # ----- low-level batches: logits at chosen positions -----
@@ -743,13 +735,12 @@ def speculative_greedy(target: LlamaCppModel, draft: LlamaCppModel, prompt: list
 
 
 def _argmax_margin(logits) -> tuple[int, float]:
-    """The top token and its logit margin over the runner-up."""
+    """The top token (argmax's tie rule, the lowest id, as plain greedy decoding picks) and its logit
+    margin over the runner-up."""
     import numpy as np
 
-    top2 = np.argpartition(logits, -2)[-2:]
-    a, b = (int(top2[0]), int(top2[1])) if logits[top2[0]] >= logits[top2[1]] else (int(top2[1]), int(top2[0]))
-    best = int(np.argmax(logits))  # argmax's tie rule (the lowest id), as plain greedy decoding picks
-    return best, float(logits[a] - logits[b])
+    runner_up, top = np.partition(logits, -2)[-2:]
+    return int(np.argmax(logits)), float(top - runner_up)
 
 
 def _resync(target: LlamaCppModel, seq: list[int], stats: SpeculativeStats) -> int:

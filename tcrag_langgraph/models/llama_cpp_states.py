@@ -101,10 +101,6 @@ class BranchStash:
         self.max_bytes = max_bytes
         self.min_tokens = min_tokens
         self._saved: list[SavedSequence] = []  # most recent last
-        self.restored_tokens = 0
-
-    def __len__(self) -> int:
-        return len(self._saved)
 
     def before_prompt(self, llm: Any, prompt: Sequence[int]) -> int:
         """Called with sequence 0 holding exactly ``llm.n_tokens`` exact tokens, before ``prompt`` is
@@ -122,7 +118,6 @@ class BranchStash:
         if best is None or shared - kept < self.min_tokens:
             return 0
         restore(llm, best)
-        self.restored_tokens += shared - kept
         return shared - kept
 
     def _keep(self, saved: SavedSequence) -> None:
@@ -149,8 +144,6 @@ class PrefixFiles:
         self.directory = Path(directory).expanduser()
         self.min_tokens = min_tokens
         self.max_files = max_files
-        self.loaded = 0
-        self.saved = 0
 
     def path_for(self, model_path: str, prefix: Sequence[int]) -> Path:
         import llama_cpp
@@ -171,7 +164,6 @@ class PrefixFiles:
         path = self.path_for(model_path, prefix)
         if path.is_file() and self._load(llm, path, prefix):
             os.utime(path)  # recently used
-            self.loaded += 1
             return "loaded"
         llm.n_tokens = common_prefix(llm.input_ids[:llm.n_tokens], prefix)
         llm.eval(prefix[llm.n_tokens:])  # cuts the cache after n_tokens first
@@ -208,7 +200,6 @@ class PrefixFiles:
             if written == 0:
                 return  # a cache that cannot be written is only a slower next run
             os.replace(tmp, path)
-            self.saved += 1
         finally:
             if os.path.exists(tmp):
                 os.unlink(tmp)
