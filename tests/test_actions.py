@@ -111,6 +111,22 @@ def test_disallowed_and_toolless_actions():
         parse_action("Tool_Use: DOC_RAG", [])
 
 
+def test_an_action_written_as_a_tool_is_that_action_unless_a_tool_has_its_name():
+    # Qwen2.5-Coder-0.5B's reply on every re-prompt of a closed-book MedMCQA run (no tools at all)
+    out = parse_action("Tool_Use: Backtrack\nSummary: The lateral spread is by the enamel lamellae.", [])
+    assert out.action is Action.BACKTRACK and any("read as the Backtrack action" in r for r in out.repairs)
+    out = parse_action("Tool_Use: Summary - vitamin C cures scurvy", TOOLS)
+    assert out.action is Action.SUMMARY and out.content == "vitamin C cures scurvy"
+    out = parse_action("Tool_Use: Conclusion: B", [])  # an empty Tool_Use label, then the real action
+    assert out.action is Action.CONCLUSION and out.content == "B"
+    # a tool of that name is the tool; an unknown word is still an unknown tool
+    assert parse_action("Tool_Use: summary", ["Summary"]).tool == "Summary"
+    with pytest.raises(ActionParseError, match="unknown tool 'Reflect'"):
+        parse_action("Tool_Use: Reflect", TOOLS)
+    with pytest.raises(ActionParseError, match="no tools are available"):
+        parse_action("Tool_Use: PubMed search", [])
+
+
 def test_format_instructions_list_only_allowed_actions():
     text = format_instructions(["Thought", "Tool_Use", "Conclusion"], ["DOC_RAG"])
     assert "Tool_Use: <one of DOC_RAG>" in text and "Backtrack" not in text

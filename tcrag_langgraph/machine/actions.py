@@ -307,8 +307,9 @@ def _parse(text: Any, tool_names: list[str], allowed: Optional[Iterable[str]], u
             "no action label found; start your reply with one of: "
             + ", ".join(f"'{a}:'" for a in _ordered(allowed_set))
         )
-    # An empty label followed by a real action ("Thought:\nThought: ...") is a stutter, not an action.
-    filled = [s for s in actions if s.text or s.role in ("Backtrack", "Tool_Use")]
+    # An empty label followed by a real action ("Thought:\nThought: ...", "Tool_Use: Conclusion: B") is a
+    # stutter, not an action.
+    filled = [s for s in actions if s.text or s.role == "Backtrack"]
     if filled and filled[0] is not actions[0]:
         repairs.append("skipped an empty action label")
         actions = filled
@@ -321,6 +322,11 @@ def _parse(text: Any, tool_names: list[str], allowed: Optional[Iterable[str]], u
             repairs.append("took the Conclusion that followed the Thought")
     if len(actions) > 1:
         repairs.append(f"used the first of {len(actions)} actions")
+    if chosen.role == "Tool_Use":
+        named = _action_named_as_tool(chosen, tool_names)
+        if named is not None:
+            repairs.append(f"'Tool_Use: {named.role}' read as the {named.role} action")
+            chosen = named
     role = chosen.role
     if role not in allowed_set:
         if role == "Tool_Use" and not tool_names:
@@ -335,6 +341,21 @@ def _parse(text: Any, tool_names: list[str], allowed: Optional[Iterable[str]], u
     if action is not Action.BACKTRACK and not content:
         raise ActionParseError(f"your {role} was empty; write its text after '{role}:'")
     return ParsedAction(action, content=content, repairs=tuple(repairs))
+
+
+def _action_named_as_tool(chosen: _Segment, tool_names: list[str]) -> Optional[_Segment]:
+    """"Tool_Use: Backtrack": one of the machine's own actions written as a tool (Qwen2.5-Coder-0.5B
+    did this on every re-prompt in 40 of 60 closed-book MedMCQA runs), as that action, its text the
+    rest of the line; None when the word is not an action or is one of the run's tools."""
+    m = re.match(r"\s*[`'\"*\[(]*([^\W\d][\w\- ]*?)[`'\"*\])]*\s*(?:[:=\-]\s*|$|\s)(.*)", chosen.text, re.DOTALL)
+    if not m:
+        return None
+    word, rest = m.group(1), m.group(2)
+    role = _LABELS.get(re.sub(r"[ \-]", "_", word.strip().lower()))
+    if role not in _ACTION_ROLES or role == "Tool_Use" or _norm_name(word) in {_norm_name(t) for t in tool_names}:
+        return None
+    return _Segment(role=role, label=word, start=chosen.start, body_start=chosen.body_start, end=chosen.end,
+                    text=rest.strip())
 
 
 def _tool_action(chosen: _Segment, segments: list[_Segment], tool_names: list[str], repairs: list[str]) -> ParsedAction:
