@@ -127,6 +127,17 @@ def test_an_action_written_as_a_tool_is_that_action_unless_a_tool_has_its_name()
         parse_action("Tool_Use: PubMed search", [])
 
 
+def test_an_action_the_run_does_not_allow_gives_way_to_the_allowed_one_after_it():
+    # the 0.5B with no tools: its reasoning is in the Summary after an impossible Tool_Use
+    out = parse_action("Tool_Use: Isotretinoin\nSummary: Isotretinoin causes these defects.", [])
+    assert out.action is Action.SUMMARY and out.content == "Isotretinoin causes these defects."
+    assert any("took the Summary that followed" in r for r in out.repairs)
+    out = parse_action("Backtrack: wrong path\nConclusion: B", TOOLS, allowed=["Thought", "Conclusion"])
+    assert out.action is Action.CONCLUSION and out.content == "B"
+    with pytest.raises(ActionParseError, match="Backtrack is not available"):  # nothing allowed after it
+        parse_action("Backtrack: wrong path\nPlan: search again", TOOLS, allowed=["Thought", "Conclusion"])
+
+
 def test_format_instructions_list_only_allowed_actions():
     text = format_instructions(["Thought", "Tool_Use", "Conclusion"], ["DOC_RAG"])
     assert "Tool_Use: <one of DOC_RAG>" in text and "Backtrack" not in text

@@ -329,6 +329,14 @@ def _parse(text: Any, tool_names: list[str], allowed: Optional[Iterable[str]], u
             chosen = named
     role = chosen.role
     if role not in allowed_set:
+        # "Tool_Use: Isotretinoin\nSummary: Isotretinoin ..." with no tools: the action that cannot run is
+        # dropped and the next one that can is taken (the 0.5B's reasoning was otherwise lost).
+        later = [s for s in actions[actions.index(chosen) + 1:]
+                 if s.role in allowed_set and (s.text or s.role == "Backtrack")]
+        if later:
+            repairs.append(f"{role} is not available in this run: took the {later[0].role} that followed")
+            chosen, role = later[0], later[0].role
+    if role not in allowed_set:
         if role == "Tool_Use" and not tool_names:
             raise ActionParseError("no tools are available in this run; do not use Tool_Use")
         raise ActionParseError(
