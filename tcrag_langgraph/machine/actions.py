@@ -353,8 +353,8 @@ def _parse(text: Any, tool_names: list[str], allowed: Optional[Iterable[str]], u
 
 def _action_named_as_tool(chosen: _Segment, tool_names: list[str]) -> Optional[_Segment]:
     """"Tool_Use: Backtrack": one of the machine's own actions written as a tool (Qwen2.5-Coder-0.5B
-    did this on every re-prompt in 40 of 60 closed-book MedMCQA runs), as that action, its text the
-    rest of the line; None when the word is not an action or is one of the run's tools."""
+    wrote it on closed-book MedMCQA questions with no tools), as that action, its text the rest of the
+    line; None when the word is not an action or is one of the run's tools."""
     m = re.match(r"\s*[`'\"*\[(]*([^\W\d][\w\- ]*?)[`'\"*\])]*\s*(?:[:=\-]\s*|$|\s)(.*)", chosen.text, re.DOTALL)
     if not m:
         return None
