@@ -159,6 +159,8 @@ def tcrag_config_for(
         (False, False, False)
         >>> tcrag_config_for("tcrag-uct", sigmas={"uct": 3.5}).effective_sigma
         3.5
+        >>> tcrag_config_for("tcrag-auto", sigmas={"cppl": 3.5}).sigma  # a cppl sigma is not auto's
+        'auto'
     """
     spec = _spec(name)
     if not spec.is_stack_machine:
@@ -167,7 +169,9 @@ def tcrag_config_for(
     values = dict(spec.overrides)
     metric = values.get("metric", base.metric)
     sigmas = dict(sigmas or {})
-    if metric in sigmas:
+    if "sigma" in values:
+        pass  # the method's own sigma (tcrag-auto's "auto": the calibration picks metric and sigma)
+    elif metric in sigmas:
         values["sigma"] = float(sigmas[metric])
     elif metric != base.metric:
         values["sigma"] = None  # base sigma belongs to the other metric: use the paper default

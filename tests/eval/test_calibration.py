@@ -319,6 +319,23 @@ def test_eval_tcrag_auto_picks_answer_prob_for_a_task_whose_answers_are_choices(
     assert [(r["metric"], r["sigma"], r["validated"]) for r in rows] == [("answer_prob", 0.45, True)] * 2
 
 
+def test_a_cppl_sigma_given_beside_tcrag_auto_is_tcrag_cppl_s_not_auto_s(app, data, tmp_path, cache):
+    """--sigma-cppl once turned tcrag-auto into tcrag-cppl (its "auto" was replaced by the cppl sigma)."""
+    from tcrag_langgraph.eval.datasets import task_name
+
+    save_calibration(_calibration(model_id="scripted-named", metric="answer_prob", auroc=0.90, sigma=0.45,
+                                  task=task_name(str(data)), details={"supported": True}))
+    out = tmp_path / "both"
+    result = CliRunner().invoke(app, ["eval", "--dataset", str(data), "--method", "tcrag-auto,tcrag-cppl",
+                                      "--sigma-cppl", "1e6", "--model", f"{H}:named_yes_model",
+                                      "--scorer", f"{H}:yes_likely_token_scorer", "--no-progress", "--limit", "1",
+                                      "--seed", "0", "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    rows = {json.loads(line)["method"]: json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()}
+    assert (rows["tcrag-auto"]["metric"], rows["tcrag-auto"]["sigma"]) == ("answer_prob", 0.45)
+    assert (rows["tcrag-cppl"]["metric"], rows["tcrag-cppl"]["sigma"]) == ("cppl", 1e6)
+
+
 def test_sigma_auto_picks_the_state_value_with_the_best_auroc_on_the_task(cache):
     from tcrag_langgraph.monitor.calibration import resolve_monitor
 
