@@ -309,7 +309,7 @@ def _parse(text: Any, tool_names: list[str], allowed: Optional[Iterable[str]], u
         )
     # An empty label followed by a real action ("Thought:\nThought: ...", "Tool_Use: Conclusion: B") is a
     # stutter, not an action.
-    filled = [s for s in actions if s.text or s.role == "Backtrack"]
+    filled = [s for s in actions if _has_body(s)]
     if filled and filled[0] is not actions[0]:
         repairs.append("skipped an empty action label")
         actions = filled
@@ -331,8 +331,7 @@ def _parse(text: Any, tool_names: list[str], allowed: Optional[Iterable[str]], u
     if role not in allowed_set:
         # "Tool_Use: Isotretinoin\nSummary: Isotretinoin ..." with no tools: the action that cannot run is
         # dropped and the next one that can is taken (the 0.5B's reasoning was otherwise lost).
-        later = [s for s in actions[actions.index(chosen) + 1:]
-                 if s.role in allowed_set and (s.text or s.role == "Backtrack")]
+        later = [s for s in actions[actions.index(chosen) + 1:] if s.role in allowed_set and _has_body(s)]
         if later:
             repairs.append(f"{role} is not available in this run: took the {later[0].role} that followed")
             chosen, role = later[0], later[0].role
@@ -351,6 +350,11 @@ def _parse(text: Any, tool_names: list[str], allowed: Optional[Iterable[str]], u
     return ParsedAction(action, content=content, repairs=tuple(repairs))
 
 
+def _has_body(segment: _Segment) -> bool:
+    """Whether an action segment is a real action: it has text, or it is a Backtrack (which needs none)."""
+    return bool(segment.text) or segment.role == "Backtrack"
+
+
 def _action_named_as_tool(chosen: _Segment, tool_names: list[str]) -> Optional[_Segment]:
     """"Tool_Use: Backtrack": one of the machine's own actions written as a tool (Qwen2.5-Coder-0.5B
     wrote it on closed-book MedMCQA questions with no tools), as that action, its text the rest of the
@@ -359,7 +363,7 @@ def _action_named_as_tool(chosen: _Segment, tool_names: list[str]) -> Optional[_
     if not m:
         return None
     word, rest = m.group(1), m.group(2)
-    role = _LABELS.get(re.sub(r"[ \-]", "_", word.strip().lower()))
+    role = _role(word)
     if role not in _ACTION_ROLES or role == "Tool_Use" or _norm_name(word) in {_norm_name(t) for t in tool_names}:
         return None
     return _Segment(role=role, label=word, start=chosen.start, body_start=chosen.body_start, end=chosen.end,

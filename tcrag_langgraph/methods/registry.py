@@ -169,9 +169,9 @@ def tcrag_config_for(
     values = dict(spec.overrides)
     metric = values.get("metric", base.metric)
     sigmas = dict(sigmas or {})
-    if "sigma" in values:
-        pass  # the method's own sigma (tcrag-auto's "auto": the calibration picks metric and sigma)
-    elif metric in sigmas:
+    if "sigma" in values:  # the method's own sigma (tcrag-auto's "auto": the calibration picks metric and sigma)
+        return base.merged(values)
+    if metric in sigmas:
         values["sigma"] = float(sigmas[metric])
     elif metric != base.metric:
         values["sigma"] = None  # base sigma belongs to the other metric: use the paper default
