@@ -82,3 +82,22 @@ def test_langchain_huggingface_chat_model_works_as_the_generator():
     out = build_graph(model=chat, scorer=LocalLMScorer(lm), config=cfg).invoke({"question": Q})
     _check_run(out, cfg)
     assert out["llm_calls"] >= 1 and out["halt_reason"] != "model_error", out.get("error")
+
+
+def test_the_main_job_runs_without_torch():
+    """`tcrag ask` with the packaged model (llama.cpp) and the default tools never imports torch:
+    torch, transformers' models and sentence-transformers cost ~460 MB and seconds (RESULTS.md s. 12)."""
+    import subprocess
+    import sys
+
+    code = ("import sys\n"
+            "from tcrag_langgraph.faces.cli import app\n"
+            f"sys.argv = ['tcrag', 'ask', {Q!r}, '--max-steps', '2', '--max-new-tokens', '24', '--temperature', '0',"
+            " '--threads', '1']\n"
+            "try:\n    app()\nexcept SystemExit:\n    pass\n"
+            "from tcrag_langgraph.tools.documents import default_embeddings\n"
+            "default_embeddings().embed_query('metformin')  # the DOC_RAG query path, whatever the model chose\n"
+            "print('TORCH', 'torch' in sys.modules)\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert "Answer" in out.stdout and "TORCH False" in out.stdout, out.stdout[-2000:]

@@ -245,13 +245,28 @@ def _quiet_library_progress() -> None:
     warnings.filterwarnings("ignore", category=UserWarning, module=r"(transformers|torch|sentence_transformers)\b")
     for name in ("transformers", "sentence_transformers", "huggingface_hub", "httpx"):
         logging.getLogger(name).setLevel(logging.ERROR)
-    try:
+    if "transformers" in sys.modules:  # else TRANSFORMERS_VERBOSITY above holds when it loads
         from transformers.utils import logging as hf_logging
 
         hf_logging.disable_progress_bar()
         hf_logging.set_verbosity_error()
-    except ImportError:  # pragma: no cover - transformers is a dependency
-        pass
+
+
+def _limit_threads(threads: int, chat: Any) -> None:
+    """``--threads`` for every numeric library in the process: the BLAS/OpenMP pools already loaded
+    (threadpoolctl; numpy's for the query embedding) and torch's, importing torch only when the
+    generator runs on it (a llama.cpp or served run never loads torch)."""
+    from threadpoolctl import threadpool_limits
+
+    from ..models.llama_cpp import LlamaCppChatModel
+    from ..models.local import LocalChatModel
+
+    threadpool_limits(limits=threads)
+    on_torch = isinstance(chat, LocalChatModel) and not isinstance(chat, LlamaCppChatModel)
+    if "torch" in sys.modules or on_torch:
+        import torch
+
+        torch.set_num_threads(threads)
 
 
 def _version(value: bool) -> None:
@@ -393,9 +408,7 @@ def ask(
     except UserError as exc:
         raise refuse(exc) from None
     if threads is not None:
-        import torch
-
-        torch.set_num_threads(threads)
+        _limit_threads(threads, chat)
     out = Console()
     if isinstance(chat, LocalChatModel):
         try:

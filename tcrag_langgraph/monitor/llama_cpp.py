@@ -243,7 +243,12 @@ class LlamaCppScorer:
                 state = _ScoreState(weights=weights, source=str(copy))
             lm.scoring[self.precision] = state
         if state.ctx is None or state.n_ctx < need:
-            n_ctx = max(self.max_tokens, need)
+            # Sized to the need, doubling from 1,024 tokens: the float32 KV cache is allocated whole
+            # (46 KB a token for SmolLM2-135M: 189 MB at 4,096), and most scores (a User_Query and a
+            # Conclusion) need a few hundred tokens. A bigger need re-creates the context once.
+            n_ctx = 1024
+            while n_ctx < need:
+                n_ctx *= 2
             params = llama_cpp.llama_context_default_params()
             params.n_ctx = n_ctx
             params.n_batch = min(512, n_ctx)
