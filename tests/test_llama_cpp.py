@@ -408,3 +408,32 @@ def test_token_stats_agree_with_the_transformers_reference_on_the_same_gguf(lm, 
         assert mine.entropy == pytest.approx(ref.entropy, rel=0.02, abs=0.01)
     assert [s.logprob for s in ours] == pytest.approx(LlamaCppScorer(model_loader=lambda: llama).token_logprobs(
         query, text), rel=1e-6)
+
+
+# --- which weights generate ------------------------------------------------------------------------
+
+def test_the_packaged_model_generates_with_the_float16_weights_the_monitor_scores_with(chat, llama):
+    """weights="auto": the packaged model runs its float16 re-encoding (faster on CPU, RESULTS.md
+    section 13) and the exact scorer uses that very model object instead of loading a second copy;
+    any other GGUF runs as it is."""
+    from tcrag_langgraph.models.llama_cpp import f16_copy
+
+    assert chat.generates_float16 and chat.llama_model.path == str(f16_copy(packaged_gguf()))
+    assert chat.llama_model.name == packaged_gguf().stem  # named after the user's file, not the copy
+    scorer = LlamaCppScorer(chat_model=chat)
+    assert scorer.score("What treats scurvy?", "Vitamin C treats scurvy.", metric="cppl") > 0
+    assert chat.llama_model.scoring["f16"].weights is chat.llama_model.llm._model
+    # the file as it is, asked for or given by path
+    as_file = LlamaCppChatModel(weights="file", n_threads=1)
+    assert not as_file.generates_float16 and as_file.llama_model is llama
+    assert not LlamaCppChatModel(model_path=str(packaged_gguf())).generates_float16
+    assert LlamaCppChatModel(model_path=str(packaged_gguf()), weights="float16").generates_float16
+    with pytest.raises(ValueError, match="weights must be one of"):
+        LlamaCppChatModel(weights="int4")
+
+
+def test_a_damaged_file_is_refused_before_it_is_re_encoded(tmp_path):
+    bad = tmp_path / "bad.gguf"
+    bad.write_bytes(b"NOPE" + b"\0" * 64)
+    with pytest.raises(LocalModelError, match="not a GGUF file"):
+        load_llama_model(bad, float16=True)

@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 from langchain_core.messages import HumanMessage, SystemMessage
 
-from tcrag_langgraph.models.llama_cpp import LlamaCppChatModel, load_llama_model
+from tcrag_langgraph.models.llama_cpp import LlamaCppChatModel
 from tcrag_langgraph.models.llama_cpp_states import BranchStash, PrefixFiles, common_prefix, restore, snapshot
 
 LONG_SYSTEM = ("You answer medical questions for clinicians. Reply with one action per turn: Thought, "
@@ -31,7 +31,8 @@ def _last_logits(llm) -> np.ndarray:
 
 @pytest.fixture(scope="module")
 def lm():
-    return load_llama_model(None, n_threads=1)
+    """The model a default LlamaCppChatModel(n_threads=1) runs (the packaged model's float16 weights)."""
+    return LlamaCppChatModel(n_threads=1).llama_model
 
 
 def test_a_restored_sequence_gives_the_logits_of_the_original_prefill_bit_for_bit(lm):

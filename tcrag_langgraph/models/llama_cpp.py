@@ -44,7 +44,7 @@ from typing import Any, Callable, Iterator, Optional
 from langchain_core.callbacks import CallbackManagerForLLMRun
 from langchain_core.messages import AIMessage, AIMessageChunk, BaseMessage
 from langchain_core.outputs import ChatGeneration, ChatGenerationChunk, ChatResult
-from pydantic import Field, PrivateAttr
+from pydantic import Field, PrivateAttr, field_validator
 
 from .kv_cache import CacheStats
 from .llama_cpp_states import BranchStash, PrefixFiles, common_prefix
@@ -56,11 +56,18 @@ __all__ = [
     "LlamaCppChatModel",
     "SpeculativeStats",
     "load_llama_model",
+    "f16_copy",
+    "WEIGHTS",
     "check_gguf_file",
     "gguf_architecture",
     "llama_cpp_available",
     "BACKENDS",
 ]
+
+#: What :class:`LlamaCppChatModel` generates with: ``auto`` (``float16`` for the packaged model,
+#: ``file`` otherwise), ``file`` (the GGUF as it is) or ``float16`` (its float16 re-encoding,
+#: :func:`f16_copy`: the same weight values, the very weights the exact state monitor scores with).
+WEIGHTS = ("auto", "file", "float16")
 
 #: Backends of a local model: ``auto`` (llama.cpp for a .gguf on the CPU, transformers otherwise).
 BACKENDS = ("auto", "llama_cpp", "transformers")
@@ -229,7 +236,7 @@ class LlamaCppModel:
 
 
 @lru_cache(maxsize=4)
-def _load(path: str, n_ctx: int, n_threads: int, n_gpu_layers: int) -> LlamaCppModel:
+def _load(path: str, n_ctx: int, n_threads: int, n_gpu_layers: int, name: Optional[str] = None) -> LlamaCppModel:
     import llama_cpp
 
     file = Path(path)
@@ -247,16 +254,17 @@ def _load(path: str, n_ctx: int, n_threads: int, n_gpu_layers: int) -> LlamaCppM
         arch = gguf_architecture(file) or "unknown"
         raise ArchitectureUnsupported(
             f"llama.cpp cannot load {file} (architecture {arch!r}): {exc}") from None
-    name = file.stem
-    return LlamaCppModel(llm=llm, name=name, path=str(file), n_threads=n_threads)
+    return LlamaCppModel(llm=llm, name=name or file.stem, path=str(file), n_threads=n_threads)
 
 
 def load_llama_model(path: "str | os.PathLike[str] | None" = None, *, n_ctx: int = 8192,
-                     n_threads: Optional[int] = None, n_gpu_layers: int = 0) -> LlamaCppModel:
+                     n_threads: Optional[int] = None, n_gpu_layers: int = 0, float16: bool = False) -> LlamaCppModel:
     """Load (once per process and option set) a GGUF file with llama.cpp; ``None`` = the packaged SmolLM2.
 
-    ``n_ctx`` is capped at the model's training context. A missing, truncated or corrupt file is a
-    :class:`LocalModelError`; a well-formed file llama.cpp cannot run is :class:`ArchitectureUnsupported`.
+    ``n_ctx`` is capped at the model's training context. ``float16`` loads the file's float16
+    re-encoding (:func:`f16_copy`, written on first use) instead of the file; the model keeps the
+    file's name. A missing, truncated or corrupt file is a :class:`LocalModelError`; a well-formed file
+    llama.cpp cannot run is :class:`ArchitectureUnsupported`.
     """
     if path is None:
         folder, name = default_model_source()
@@ -268,7 +276,76 @@ def load_llama_model(path: "str | os.PathLike[str] | None" = None, *, n_ctx: int
     if n_ctx < 64:
         raise ValueError("n_ctx must be at least 64")
     threads = n_threads if n_threads else default_threads()
+    if float16:
+        _quick_check(file)  # a damaged file is named before llama.cpp is asked to re-encode it
+        return _load(str(f16_copy(file)), int(n_ctx), int(threads), int(n_gpu_layers), name=file.stem)
     return _load(str(file.resolve()), int(n_ctx), int(threads), int(n_gpu_layers))
+
+
+def f16_copy(path: "str | os.PathLike[str]", file_type: Optional[int] = None) -> Path:
+    """The float16 re-encoding of a GGUF used for exact scoring, written once by llama.cpp's own
+    ``llama_model_quantize`` (every quantized weight de-quantized and stored as float16) under
+    ``$TCRAG_CACHE_DIR/gguf-f16/`` (keyed like the transformers copy: path, size, mtime). A file that
+    is already float16/float32 is returned as it is."""
+    import ctypes as _ct
+    import hashlib
+    import tempfile
+
+    import llama_cpp
+
+    from .local import cache_dir
+
+    src = Path(path).expanduser().resolve()
+    if (file_type if file_type is not None else _gguf_file_type(src)) in (0, 1):  # ALL_F32, MOSTLY_F16
+        return src
+    stat = src.stat()
+    key = hashlib.sha256(f"{src}|{stat.st_size}|{stat.st_mtime_ns}".encode()).hexdigest()[:12]
+    target = cache_dir() / "gguf-f16" / f"{src.stem}-{key}.f16.gguf"
+    if target.is_file():
+        return target
+    target.parent.mkdir(parents=True, exist_ok=True)
+    print(f"tcrag: writing a float16 copy of {src.name} at {target} (first use only; "
+          "~3 s for 135M parameters, ~10 s for 0.5B)", file=sys.stderr, flush=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}-", dir=target.parent)
+    os.close(fd)
+    try:
+        params = llama_cpp.llama_model_quantize_default_params()
+        params.ftype = llama_cpp.LLAMA_FTYPE_MOSTLY_F16
+        params.allow_requantize = True
+        params.pure = True
+        params.nthread = default_threads()
+        with _quiet_native():
+            rc = llama_cpp.llama_model_quantize(str(src).encode(), tmp.encode(), _ct.byref(params))
+        if rc != 0:
+            raise LocalModelError(f"llama.cpp could not write a float16 copy of {src} (code {rc})")
+        os.replace(tmp, target)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+    return target
+
+
+def _gguf_file_type(path: Path) -> Optional[int]:
+    try:
+        from gguf import GGUFReader
+
+        fld = GGUFReader(str(path)).fields.get("general.file_type")
+        return None if fld is None else int(fld.parts[-1][0])
+    except Exception:  # noqa: BLE001
+        return None
+
+
+class _quiet_native:
+    """Silence llama.cpp's own prints (C-level stdout/stderr) for a block."""
+
+    def __enter__(self):
+        from llama_cpp._utils import suppress_stdout_stderr
+
+        self._inner = suppress_stdout_stderr(disable=False)
+        return self._inner.__enter__()
+
+    def __exit__(self, *exc):
+        return self._inner.__exit__(*exc)
 
 
 def default_threads() -> int:
@@ -356,6 +433,11 @@ class LlamaCppChatModel(LocalChatModel):
     n_gpu_layers: Optional[int] = Field(
         default=None, description="Layers offloaded to a GPU (-1 = all); None = all for a GPU device, none for 'cpu'. "
         "Needs a llama-cpp-python built with GPU support (tests/test_gpu.py)")
+    weights: str = Field(
+        default="auto", description="'file': generate with the GGUF's own (quantized) weights; 'float16': with its "
+        "float16 re-encoding (the weights the exact monitor scores with, loaded once for both); 'auto': float16 for "
+        "the packaged SmolLM2 (1.4-1.7x faster than its Q4_1 file on CPU, benchmarks/RESULTS.md section 12), "
+        "the file for any other GGUF (a bigger model's float16 copy is ~3x its quantized bytes to read per token)")
     draft_model_path: Optional[str] = Field(
         default=None, description="A smaller GGUF with the same tokenizer for speculative decoding (greedy calls)")
     n_draft: int = Field(default=4, ge=1, le=32, description="Tokens the draft model proposes per verification pass")
@@ -371,6 +453,18 @@ class LlamaCppChatModel(LocalChatModel):
     _fallback_checked: bool = PrivateAttr(default=False)
     _spec_stats: SpeculativeStats = PrivateAttr(default_factory=SpeculativeStats)
     _load_lock: threading.Lock = PrivateAttr(default_factory=threading.Lock)
+
+    @field_validator("weights")
+    @classmethod
+    def _known_weights(cls, value: str) -> str:
+        if value not in WEIGHTS:
+            raise ValueError(f"weights must be one of {', '.join(WEIGHTS)}, not {value!r}")
+        return value
+
+    @property
+    def generates_float16(self) -> bool:
+        """Whether generation runs on the float16 re-encoding (``weights``, ``auto`` resolved)."""
+        return self.weights == "float16" or (self.weights == "auto" and self.model_path is None)
 
     @property
     def _llm_type(self) -> str:
@@ -392,7 +486,7 @@ class LlamaCppChatModel(LocalChatModel):
             layers = _device_layers(self.device, self.n_gpu_layers)
             try:
                 self._llama = load_llama_model(self.model_path, n_ctx=self.n_ctx, n_threads=self.n_threads,
-                                               n_gpu_layers=layers)
+                                               n_gpu_layers=layers, float16=self.generates_float16)
             except ArchitectureUnsupported as exc:
                 if self.fallback_announce:
                     print(f"tcrag: {exc}; running it with transformers instead", file=sys.stderr, flush=True)

@@ -12,12 +12,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Optional
 
-from ..models.llama_cpp import (LlamaCppChatModel, LlamaCppModel, _decode, _logits_row, _log_softmax_at, default_threads,
-                                load_llama_model)
+from ..models.llama_cpp import (LlamaCppChatModel, LlamaCppModel, _decode, _logits_row, _log_softmax_at, _quiet_native,
+                                default_threads, f16_copy, load_llama_model)
 from ..models.local import LocalModelError
 from .scoring import LocalLMScorer, TokenStat, token_logprobs_to_metric
 
-__all__ = ["LlamaCppScorer", "PRECISIONS", "f16_copy"]
+__all__ = ["LlamaCppScorer", "PRECISIONS"]
 
 #: Scoring precisions of :class:`LlamaCppScorer`.
 PRECISIONS = ("f16", "native")
@@ -31,72 +31,6 @@ class _ScoreState:
     n_ctx: int = 0
     tokens: list[int] = field(default_factory=list)
     source: str = ""
-
-
-def f16_copy(path: "str | os.PathLike[str]", file_type: Optional[int] = None) -> Path:
-    """The float16 re-encoding of a GGUF used for exact scoring, written once by llama.cpp's own
-    ``llama_model_quantize`` (every quantized weight de-quantized and stored as float16) under
-    ``$TCRAG_CACHE_DIR/gguf-f16/`` (keyed like the transformers copy: path, size, mtime). A file that
-    is already float16/float32 is returned as it is."""
-    import ctypes as _ct
-    import hashlib
-    import tempfile
-
-    import llama_cpp
-
-    from ..models.local import cache_dir
-
-    src = Path(path).expanduser().resolve()
-    if (file_type if file_type is not None else _gguf_file_type(src)) in (0, 1):  # ALL_F32, MOSTLY_F16
-        return src
-    stat = src.stat()
-    key = hashlib.sha256(f"{src}|{stat.st_size}|{stat.st_mtime_ns}".encode()).hexdigest()[:12]
-    target = cache_dir() / "gguf-f16" / f"{src.stem}-{key}.f16.gguf"
-    if target.is_file():
-        return target
-    target.parent.mkdir(parents=True, exist_ok=True)
-    print(f"tcrag: writing a float16 copy of {src.name} for exact state values at {target} (first use only; "
-          "~3 s for 135M parameters, ~10 s for 0.5B)", file=sys.stderr, flush=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}-", dir=target.parent)
-    os.close(fd)
-    try:
-        params = llama_cpp.llama_model_quantize_default_params()
-        params.ftype = llama_cpp.LLAMA_FTYPE_MOSTLY_F16
-        params.allow_requantize = True
-        params.pure = True
-        params.nthread = default_threads()
-        with _quiet_native():
-            rc = llama_cpp.llama_model_quantize(str(src).encode(), tmp.encode(), _ct.byref(params))
-        if rc != 0:
-            raise LocalModelError(f"llama.cpp could not write a float16 copy of {src} (code {rc})")
-        os.replace(tmp, target)
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-    return target
-
-
-def _gguf_file_type(path: Path) -> Optional[int]:
-    try:
-        from gguf import GGUFReader
-
-        fld = GGUFReader(str(path)).fields.get("general.file_type")
-        return None if fld is None else int(fld.parts[-1][0])
-    except Exception:  # noqa: BLE001
-        return None
-
-
-class _quiet_native:
-    """Silence llama.cpp's own prints (C-level stdout/stderr) for a block."""
-
-    def __enter__(self):
-        from llama_cpp._utils import suppress_stdout_stderr
-
-        self._inner = suppress_stdout_stderr(disable=False)
-        return self._inner.__enter__()
-
-    def __exit__(self, *exc):
-        return self._inner.__exit__(*exc)
 
 
 class LlamaCppScorer:
@@ -236,10 +170,13 @@ class LlamaCppScorer:
             else:
                 ftype = lm.llm.metadata.get("general.file_type")
                 copy = f16_copy(lm.path, int(ftype) if ftype and ftype.isdigit() else None)
-                params = llama_cpp.llama_model_default_params()
-                params.n_gpu_layers = lm.llm.model_params.n_gpu_layers
-                with _quiet_native():
-                    weights = internals.LlamaModel(path_model=str(copy), params=params, verbose=False)
+                if copy == Path(lm.path).resolve():  # the generator already runs these weights: share them
+                    weights = lm.llm._model
+                else:
+                    params = llama_cpp.llama_model_default_params()
+                    params.n_gpu_layers = lm.llm.model_params.n_gpu_layers
+                    with _quiet_native():
+                        weights = internals.LlamaModel(path_model=str(copy), params=params, verbose=False)
                 state = _ScoreState(weights=weights, source=str(copy))
             lm.scoring[self.precision] = state
         if state.ctx is None or state.n_ctx < need:
