@@ -79,13 +79,17 @@ def test_cached_generation_on_the_gpu_equals_uncached_over_pushes_and_pops():
 
 
 def test_a_tcrag_run_on_the_gpu_is_monitored_by_the_gpu_model():
-    from tcrag_langgraph import TCRAGConfig, build_graph
+    from tcrag_langgraph import HALT_REASONS, TCRAGConfig, build_graph
     from tcrag_langgraph.models.local import LocalChatModel
 
     chat = LocalChatModel(device="cuda", dtype="bfloat16", max_new_tokens=40, temperature=0.0)
     graph = build_graph(model=chat, tools=[], config=TCRAGConfig(max_steps=2, sigma=1e6))
     out = graph.invoke({"question": "Which vitamin deficiency causes scurvy?"})
-    assert out["halt_reason"] in {"validated", "max_steps", "format_error", "repeated_conclusion"}
+    # Any way a monitored run may end, but not an error, and not "conclusion_unmonitored" (the monitor is on).
+    # A fixed list went stale: monitor_cannot_judge (shipped calibration: the monitor cannot judge SmolLM2)
+    # is how this run ends since that reason was added, on the CPU as on the GPU.
+    allowed = set(HALT_REASONS) - {"model_error", "scorer_error", "invalid_input", "conclusion_unmonitored"}
+    assert out["halt_reason"] in allowed, (out["halt_reason"], out.get("error"))
     assert out["answer"] and chat.local_model.device.type == "cuda"
     measured = [e["raw"] for e in out.get("state_history", []) if e.get("raw") is not None]
     assert measured and all(math.isfinite(v) for v in measured)  # scored by the same GPU weights
