@@ -6,6 +6,7 @@ run them on a GPU machine with ``pytest tests/test_gpu.py``."""
 from __future__ import annotations
 
 import math
+import os
 
 import pytest
 import torch
@@ -35,20 +36,33 @@ def _torch_tests_need_torch_cuda(request):
     if "llama_cpp" not in request.node.name and not torch.cuda.is_available():
         pytest.skip("needs a CUDA GPU visible to torch")
 
+#: The model under test: the packaged SmolLM2 (None), or a .gguf / transformers folder named by
+#: $TCRAG_GPU_TEST_MODEL (e.g. a smaller GGUF where the packaged 98 MB file cannot be copied over).
+MODEL = os.environ.get("TCRAG_GPU_TEST_MODEL") or None
+
+
+@pytest.fixture(scope="module")
+def reference():
+    """The model under test on the CPU in float32: the reference the GPU results are compared with."""
+    from tcrag_langgraph.models.local import load_local_model
+
+    return load_local_model(MODEL)
+
+
 QUERY = "What treats scurvy?"
 TEXT = "Vitamin C treats scurvy."
 
 
 @pytest.mark.parametrize("dtype,rel", [("float32", 1e-3), ("bfloat16", 0.15), ("float16", 0.05)])
-def test_scores_on_the_gpu_agree_with_the_cpu_reference(lm, dtype, rel):
+def test_scores_on_the_gpu_agree_with_the_cpu_reference(reference, dtype, rel):
     from tcrag_langgraph.models.local import load_local_model
 
-    gpu = load_local_model(device="cuda", dtype=dtype)
+    gpu = load_local_model(MODEL, device="cuda", dtype=dtype)
     assert gpu.device.type == "cuda" and next(gpu.model.parameters()).dtype == getattr(torch, dtype)
     for metric in ("cppl", "uct"):
-        reference = LocalLMScorer(lm).score(QUERY, TEXT, metric=metric)
+        expected = LocalLMScorer(reference).score(QUERY, TEXT, metric=metric)
         value = LocalLMScorer(gpu).score(QUERY, TEXT, metric=metric)
-        assert math.isfinite(value) and value == pytest.approx(reference, rel=rel), metric
+        assert math.isfinite(value) and value == pytest.approx(expected, rel=rel), metric
 
 
 def test_cached_generation_on_the_gpu_equals_uncached_over_pushes_and_pops():
@@ -57,8 +71,8 @@ def test_cached_generation_on_the_gpu_equals_uncached_over_pushes_and_pops():
 
     from .test_kv_cache import _ids, _messages, _script
 
-    cached = LocalChatModel(device="cuda", max_new_tokens=6, temperature=0.0)
-    plain = LocalChatModel(device="cuda", max_new_tokens=6, temperature=0.0, kv_cache=False)
+    cached = LocalChatModel(model_path=MODEL, device="cuda", max_new_tokens=6, temperature=0.0)
+    plain = LocalChatModel(model_path=MODEL, device="cuda", max_new_tokens=6, temperature=0.0, kv_cache=False)
     gpu = cached.local_model
     assert plain.local_model is gpu and gpu.device.type == "cuda"
     reads = []
@@ -79,13 +93,17 @@ def test_cached_generation_on_the_gpu_equals_uncached_over_pushes_and_pops():
 
 
 def test_a_tcrag_run_on_the_gpu_is_monitored_by_the_gpu_model():
-    from tcrag_langgraph import TCRAGConfig, build_graph
+    from tcrag_langgraph import HALT_REASONS, TCRAGConfig, build_graph
     from tcrag_langgraph.models.local import LocalChatModel
 
-    chat = LocalChatModel(device="cuda", dtype="bfloat16", max_new_tokens=40, temperature=0.0)
+    chat = LocalChatModel(model_path=MODEL, device="cuda", dtype="bfloat16", max_new_tokens=40, temperature=0.0)
     graph = build_graph(model=chat, tools=[], config=TCRAGConfig(max_steps=2, sigma=1e6))
     out = graph.invoke({"question": "Which vitamin deficiency causes scurvy?"})
-    assert out["halt_reason"] in {"validated", "max_steps", "format_error", "repeated_conclusion"}
+    # Any way a monitored run may end, but not an error, and not "conclusion_unmonitored" (the monitor is on).
+    # A fixed list went stale: monitor_cannot_judge (shipped calibration: the monitor cannot judge SmolLM2)
+    # is how this run ends since that reason was added, on the CPU as on the GPU.
+    allowed = set(HALT_REASONS) - {"model_error", "scorer_error", "invalid_input", "conclusion_unmonitored"}
+    assert out["halt_reason"] in allowed, (out["halt_reason"], out.get("error"))
     assert out["answer"] and chat.local_model.device.type == "cuda"
     measured = [e["raw"] for e in out.get("state_history", []) if e.get("raw") is not None]
     assert measured and all(math.isfinite(v) for v in measured)  # scored by the same GPU weights
@@ -101,15 +119,15 @@ def test_llama_cpp_offloads_layers_and_scores_like_the_cpu(tmp_path):
     from tcrag_langgraph.models.llama_cpp import LlamaCppChatModel, load_llama_model
     from tcrag_langgraph.monitor.llama_cpp import LlamaCppScorer
 
-    gpu_chat = LlamaCppChatModel(device="cuda", max_new_tokens=12, temperature=0.0)
-    cpu = load_llama_model(None, n_gpu_layers=0)
+    gpu_chat = LlamaCppChatModel(model_path=MODEL, device="cuda", max_new_tokens=12, temperature=0.0)
+    cpu = load_llama_model(MODEL, n_gpu_layers=0)
     gpu = gpu_chat.llama_model
     assert gpu is not cpu
     for metric in ("cppl", "uct"):
         reference = LlamaCppScorer(model_loader=lambda: cpu).score(QUERY, TEXT, metric=metric)
         value = LlamaCppScorer(chat_model=gpu_chat).score(QUERY, TEXT, metric=metric)
         assert math.isfinite(value) and value == pytest.approx(reference, rel=0.02), metric
-    plain = LlamaCppChatModel(device="cuda", max_new_tokens=12, temperature=0.0, kv_cache=False)
+    plain = LlamaCppChatModel(model_path=MODEL, device="cuda", max_new_tokens=12, temperature=0.0, kv_cache=False)
     first = gpu_chat.invoke("Which vitamin prevents scurvy?")
     second = gpu_chat.invoke("Which vitamin prevents scurvy? Answer briefly.")
     assert second.usage_metadata["input_token_details"]["cache_read"] > 0
@@ -122,5 +140,5 @@ def test_llama_cpp_partial_offload_option(tmp_path):
         pytest.skip("needs llama-cpp-python built with GPU support and a GPU")
     from tcrag_langgraph.models.llama_cpp import LlamaCppChatModel
 
-    half = LlamaCppChatModel(n_gpu_layers=8, max_new_tokens=8, temperature=0.0)
+    half = LlamaCppChatModel(model_path=MODEL, n_gpu_layers=8, max_new_tokens=8, temperature=0.0)
     assert half.invoke("Say hi").content
