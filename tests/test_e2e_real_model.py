@@ -86,7 +86,7 @@ def test_langchain_huggingface_chat_model_works_as_the_generator():
 
 def test_the_main_job_runs_without_torch():
     """`tcrag ask` with the packaged model (llama.cpp) and the default tools never imports torch:
-    torch, transformers' models and sentence-transformers cost ~460 MB and seconds (RESULTS.md s. 12)."""
+    torch, transformers' models and sentence-transformers cost ~460 MB and seconds (RESULTS.md s. 13)."""
     import subprocess
     import sys
 

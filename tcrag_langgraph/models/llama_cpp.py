@@ -436,7 +436,7 @@ class LlamaCppChatModel(LocalChatModel):
     weights: str = Field(
         default="auto", description="'file': generate with the GGUF's own (quantized) weights; 'float16': with its "
         "float16 re-encoding (the weights the exact monitor scores with, loaded once for both); 'auto': float16 for "
-        "the packaged SmolLM2 (1.4-1.7x faster than its Q4_1 file on CPU, benchmarks/RESULTS.md section 12), "
+        "the packaged SmolLM2 (1.7x faster prefill than its Q4_1 file on CPU, the same decode; benchmarks/RESULTS.md section 13), "
         "the file for any other GGUF (a bigger model's float16 copy is ~3x its quantized bytes to read per token)")
     draft_model_path: Optional[str] = Field(
         default=None, description="A smaller GGUF with the same tokenizer for speculative decoding (greedy calls)")

@@ -4,7 +4,7 @@ without torch.
 Why this exists: the embedded document store only embeds the *query* at run time (the corpus vectors
 are saved with the index), and loading torch, transformers and sentence-transformers for that one
 22M-parameter forward pass cost the main job ~460 MB of peak memory and several seconds of imports
-(benchmarks/RESULTS.md section 12). The encoder is a plain BERT (6 layers, 384 wide, 12 heads,
+(benchmarks/RESULTS.md section 13). The encoder is a plain BERT (6 layers, 384 wide, 12 heads,
 exact-erf GELU, post-LayerNorm), mean-pooled over real tokens and unit-normalised, which is what the
 packaged model's ``modules.json`` declares. Tokenisation is the model's own ``tokenizer.json`` through
 Hugging Face ``tokenizers`` (Rust), truncated at the model's ``max_seq_length`` (256).
