@@ -437,3 +437,31 @@ def test_a_damaged_file_is_refused_before_it_is_re_encoded(tmp_path):
     bad.write_bytes(b"NOPE" + b"\0" * 64)
     with pytest.raises(LocalModelError, match="not a GGUF file"):
         load_llama_model(bad, float16=True)
+
+
+def test_a_new_float16_copy_removes_the_copies_of_changed_or_missing_sources(tmp_path, monkeypatch):
+    """Each reinstall (a new path or mtime) used to leave a 270 MB copy behind in the cache."""
+    import os
+
+    from tcrag_langgraph.models.llama_cpp import f16_copy
+
+    monkeypatch.setenv("TCRAG_CACHE_DIR", str(tmp_path / "cache"))
+    first_src = tmp_path / "a" / "SmolLM2.gguf"
+    first_src.parent.mkdir()
+    shutil.copyfile(packaged_gguf(), first_src)
+    other_src = tmp_path / "b" / "Other.gguf"
+    other_src.parent.mkdir()
+    shutil.copyfile(packaged_gguf(), other_src)
+    first, other = f16_copy(first_src), f16_copy(other_src)
+    older = first.with_name("SmolLM2-0123456789ab.f16.gguf")  # a copy from before the source records
+    older.write_bytes(b"GGUF")
+    os.utime(first_src, ns=(first_src.stat().st_atime_ns, first_src.stat().st_mtime_ns + 10**9))  # "reinstalled"
+    second = f16_copy(first_src)
+    assert second != first and second.is_file()
+    assert not first.exists() and not older.exists()  # the changed source's copy and the unrecorded one
+    assert other.is_file()  # another model whose file is unchanged stays
+    other_src.unlink()
+    os.utime(first_src, ns=(first_src.stat().st_atime_ns, first_src.stat().st_mtime_ns + 10**9))
+    third = f16_copy(first_src)
+    assert not other.exists() and not second.exists() and third.is_file()
+    assert sorted(p.name for p in third.parent.iterdir()) == sorted([third.name, third.name + ".source.json"])

@@ -286,7 +286,10 @@ def f16_copy(path: "str | os.PathLike[str]", file_type: Optional[int] = None) ->
     """The float16 re-encoding of a GGUF used for exact scoring, written once by llama.cpp's own
     ``llama_model_quantize`` (every quantized weight de-quantized and stored as float16) under
     ``$TCRAG_CACHE_DIR/gguf-f16/`` (keyed like the transformers copy: path, size, mtime). A file that
-    is already float16/float32 is returned as it is."""
+    is already float16/float32 is returned as it is. Writing a copy removes the copies whose source
+    file is gone or has changed since (each copy names its source in a ``.source.json`` beside it;
+    a copy of the same name from before those records is removed too): a reinstalled package or a
+    new virtual environment would otherwise leave a stale copy (270 MB for SmolLM2) each time."""
     import ctypes as _ct
     import hashlib
     import tempfile
@@ -322,7 +325,43 @@ def f16_copy(path: "str | os.PathLike[str]", file_type: Optional[int] = None) ->
     finally:
         if os.path.exists(tmp):
             os.unlink(tmp)
+    _record_source(target, src, stat)
+    _prune_stale_copies(target.parent, keep=target, stem=src.stem)
     return target
+
+
+def _record_source(copy: Path, src: Path, stat: os.stat_result) -> None:
+    import json
+
+    record = {"path": str(src), "size": stat.st_size, "mtime_ns": stat.st_mtime_ns}
+    copy.with_name(copy.name + ".source.json").write_text(json.dumps(record))
+
+
+def _prune_stale_copies(folder: Path, *, keep: Path, stem: str) -> None:
+    """Delete float16 copies whose recorded source no longer exists as it was (and unrecorded copies of
+    ``stem``). A process still using a deleted copy keeps its mapping; one about to load it writes it again."""
+    import json
+
+    for copy in folder.glob("*.f16.gguf"):
+        if copy == keep:
+            continue
+        record_file = copy.with_name(copy.name + ".source.json")
+        if not record_file.exists():
+            stale = copy.name.startswith(f"{stem}-")  # written before copies named their source
+        else:
+            try:
+                record = json.loads(record_file.read_text())
+                source = Path(record["path"])
+                stale = not source.exists() or (
+                    (source.stat().st_size, source.stat().st_mtime_ns) != (record["size"], record["mtime_ns"]))
+            except (OSError, ValueError, KeyError, TypeError):
+                stale = False  # unreadable: leave it alone
+        if stale:
+            for path in (copy, record_file):
+                try:
+                    path.unlink()
+                except FileNotFoundError:
+                    pass
 
 
 def _gguf_file_type(path: Path) -> Optional[int]:
