@@ -305,6 +305,8 @@ def f16_copy(path: "str | os.PathLike[str]", file_type: Optional[int] = None) ->
     key = hashlib.sha256(f"{src}|{stat.st_size}|{stat.st_mtime_ns}".encode()).hexdigest()[:12]
     target = cache_dir() / "gguf-f16" / f"{src.stem}-{key}.f16.gguf"
     if target.is_file():
+        if not target.with_name(target.name + ".source.json").exists():  # written before the records
+            _record_source(target, src, stat)
         return target
     target.parent.mkdir(parents=True, exist_ok=True)
     print(f"tcrag: writing a float16 copy of {src.name} at {target} (first use only; "
