@@ -470,13 +470,13 @@ class SpeculativeStats:
 
 
 class LlamaCppChatModel(LocalChatModel):
-    """A LangChain chat model over a GGUF file run by llama.cpp (quantized weights, no conversion).
+    """A LangChain chat model over a GGUF file run by llama.cpp (a user's file as it is; ``weights``).
 
     Takes the per-call options of :class:`LocalChatModel` (``max_new_tokens``, ``temperature``,
     ``stop``) and its fields ``max_new_tokens``, ``temperature``, ``top_p``, ``seed``, ``stop`` and
     ``kv_cache`` (reuse the cached prompt prefix; ``False`` prefills every prompt from scratch).
-    ``dtype`` does not apply (the file's own quantization runs). ``model_path=None`` is the packaged
-    SmolLM2 GGUF.
+    ``dtype`` does not apply (the file's own quantization runs, or its float16 copy: ``weights``).
+    ``model_path=None`` is the packaged SmolLM2 GGUF.
 
     Example:
         >>> chat = LlamaCppChatModel(max_new_tokens=16, temperature=0.0)  # doctest: +SKIP
