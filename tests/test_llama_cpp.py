@@ -439,41 +439,6 @@ def test_a_damaged_file_is_refused_before_it_is_re_encoded(tmp_path):
         load_llama_model(bad, float16=True)
 
 
-def test_a_new_float16_copy_removes_the_copies_of_changed_or_missing_sources(tmp_path):
-    """Each reinstall (a new path or mtime) used to leave a 270 MB copy behind in the cache. The
-    records and the pruning, on stand-in files (f16_copy itself calls them after writing a copy)."""
-    import os
-
-    from tcrag_langgraph.models.llama_cpp import _prune_stale_copies, _record_source
-
-    cache = tmp_path / "gguf-f16"
-    cache.mkdir()
-
-    def copy_of(src: Path, key: str) -> Path:
-        copy = cache / f"{src.stem}-{key}.f16.gguf"
-        copy.write_bytes(b"GGUF")
-        _record_source(copy, src, src.stat())
-        return copy
-
-    first_src, other_src = tmp_path / "SmolLM2.gguf", tmp_path / "Other.gguf"
-    for src in (first_src, other_src):
-        src.write_bytes(b"GGUF model")
-    first, other = copy_of(first_src, "aaaaaaaaaaaa"), copy_of(other_src, "bbbbbbbbbbbb")
-    older = cache / "SmolLM2-0123456789ab.f16.gguf"  # a copy from before the source records
-    older.write_bytes(b"GGUF")
-    unrelated_old = cache / "Qwen-0123456789ab.f16.gguf"  # unrecorded, another model: left alone
-    unrelated_old.write_bytes(b"GGUF")
-    os.utime(first_src, ns=(first_src.stat().st_atime_ns, first_src.stat().st_mtime_ns + 10**9))  # "reinstalled"
-    second = copy_of(first_src, "cccccccccccc")
-    _prune_stale_copies(cache, keep=second, stem=first_src.stem)
-    assert not first.exists() and not older.exists()  # the changed source's copy and the unrecorded one
-    assert not first.with_name(first.name + ".source.json").exists()
-    assert second.is_file() and other.is_file() and unrelated_old.is_file()
-    other_src.unlink()  # its model is gone
-    _prune_stale_copies(cache, keep=second, stem=first_src.stem)
-    assert not other.exists() and second.is_file() and unrelated_old.is_file()
-
-
 def test_f16_copy_records_its_source(llama):
     from tcrag_langgraph.models.llama_cpp import f16_copy
 

@@ -46,6 +46,7 @@ from langchain_core.messages import AIMessage, AIMessageChunk, BaseMessage
 from langchain_core.outputs import ChatGeneration, ChatGenerationChunk, ChatResult
 from pydantic import Field, PrivateAttr, field_validator
 
+from .cache_entries import has_record, prune_stale, record_source
 from .kv_cache import CacheStats
 from .llama_cpp_states import BranchStash, PrefixFiles, common_prefix
 from .local import LocalChatModel, LocalModelError, _role, default_model_source
@@ -305,8 +306,8 @@ def f16_copy(path: "str | os.PathLike[str]", file_type: Optional[int] = None) ->
     key = hashlib.sha256(f"{src}|{stat.st_size}|{stat.st_mtime_ns}".encode()).hexdigest()[:12]
     target = cache_dir() / "gguf-f16" / f"{src.stem}-{key}.f16.gguf"
     if target.is_file():
-        if not target.with_name(target.name + ".source.json").exists():  # written before the records
-            _record_source(target, src, stat)
+        if not has_record(target):  # written before the records
+            record_source(target, src, stat)
         return target
     target.parent.mkdir(parents=True, exist_ok=True)
     print(f"tcrag: writing a float16 copy of {src.name} at {target} (first use only; "
@@ -327,43 +328,9 @@ def f16_copy(path: "str | os.PathLike[str]", file_type: Optional[int] = None) ->
     finally:
         if os.path.exists(tmp):
             os.unlink(tmp)
-    _record_source(target, src, stat)
-    _prune_stale_copies(target.parent, keep=target, stem=src.stem)
+    record_source(target, src, stat)
+    prune_stale(target.parent, "*.f16.gguf", keep=target, stem=src.stem)
     return target
-
-
-def _record_source(copy: Path, src: Path, stat: os.stat_result) -> None:
-    import json
-
-    record = {"path": str(src), "size": stat.st_size, "mtime_ns": stat.st_mtime_ns}
-    copy.with_name(copy.name + ".source.json").write_text(json.dumps(record))
-
-
-def _prune_stale_copies(folder: Path, *, keep: Path, stem: str) -> None:
-    """Delete float16 copies whose recorded source no longer exists as it was (and unrecorded copies of
-    ``stem``). A process still using a deleted copy keeps its mapping; one about to load it writes it again."""
-    import json
-
-    for copy in folder.glob("*.f16.gguf"):
-        if copy == keep:
-            continue
-        record_file = copy.with_name(copy.name + ".source.json")
-        if not record_file.exists():
-            stale = copy.name.startswith(f"{stem}-")  # written before copies named their source
-        else:
-            try:
-                record = json.loads(record_file.read_text())
-                source = Path(record["path"])
-                stale = not source.exists() or (
-                    (source.stat().st_size, source.stat().st_mtime_ns) != (record["size"], record["mtime_ns"]))
-            except (OSError, ValueError, KeyError, TypeError):
-                stale = False  # unreadable: leave it alone
-        if stale:
-            for path in (copy, record_file):
-                try:
-                    path.unlink()
-                except FileNotFoundError:
-                    pass
 
 
 def _gguf_file_type(path: Path) -> Optional[int]:
@@ -528,6 +495,7 @@ class LlamaCppChatModel(LocalChatModel):
     @property
     def _identifying_params(self) -> dict[str, Any]:
         return {"model_path": self.model_path, "backend": "llama_cpp", "n_ctx": self.n_ctx,
+                "weights": "float16" if self.generates_float16 else "file",
                 "max_new_tokens": self.max_new_tokens, "temperature": self.temperature,
                 "draft_model_path": self.draft_model_path}
 

@@ -30,6 +30,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional, Sequence
 
+from .cache_entries import prune_stale, record_source
+
 __all__ = ["SavedSequence", "BranchStash", "PrefixFiles", "common_prefix", "snapshot", "restore"]
 
 
@@ -135,7 +137,9 @@ class PrefixFiles:
 
     The model key covers the GGUF file (path, size, modification time) and the llama.cpp build, so a
     changed file or library never loads an old state. At most ``max_files`` states are kept per model
-    (the least recently used go); a file that does not load is deleted and rebuilt.
+    (the least recently used go); a file that does not load is deleted and rebuilt. Starting a model's
+    folder removes the folders of models whose file is gone or changed or of another llama.cpp build
+    (:mod:`.cache_entries`).
     """
 
     def __init__(self, directory: "str | os.PathLike[str]", *, min_tokens: int = 256, max_files: int = 8) -> None:
@@ -167,7 +171,7 @@ class PrefixFiles:
             return "loaded"
         llm.n_tokens = common_prefix(llm.input_ids[:llm.n_tokens], prefix)
         llm.eval(prefix[llm.n_tokens:])  # cuts the cache after n_tokens first
-        self._save(llm, path, prefix)
+        self._save(llm, path, prefix, model_path)
         return "saved"
 
     def _load(self, llm: Any, path: Path, prefix: list[int]) -> bool:
@@ -188,9 +192,15 @@ class PrefixFiles:
         llm._requires_eval = True
         return True
 
-    def _save(self, llm: Any, path: Path, prefix: list[int]) -> None:
+    def _save(self, llm: Any, path: Path, prefix: list[int], model_path: Optional[str] = None) -> None:
         import llama_cpp
 
+        if model_path is not None and not path.parent.is_dir():
+            path.parent.mkdir(parents=True, exist_ok=True)
+            src = Path(model_path).resolve()
+            build = {"llama_cpp": llama_cpp.__version__}
+            record_source(path.parent, src, src.stat(), extra=build)
+            prune_stale(path.parent.parent, "*", keep=path.parent, stem=src.stem, extra=build)
         path.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(prefix=f".{path.name}-", dir=path.parent)
         os.close(fd)
