@@ -5,8 +5,6 @@ teacher-forced pass over llama.cpp's own logits of the generator's GGUF (see
 from __future__ import annotations
 
 import math
-import os
-import sys
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
