@@ -192,16 +192,15 @@ class PrefixFiles:
         llm._requires_eval = True
         return True
 
-    def _save(self, llm: Any, path: Path, prefix: list[int], model_path: Optional[str] = None) -> None:
+    def _save(self, llm: Any, path: Path, prefix: list[int], model_path: str) -> None:
         import llama_cpp
 
-        if model_path is not None and not path.parent.is_dir():
+        if not path.parent.is_dir():  # this model's first state: name its source, drop stale folders
             path.parent.mkdir(parents=True, exist_ok=True)
             src = Path(model_path).resolve()
             build = {"llama_cpp": llama_cpp.__version__}
             record_source(path.parent, src, src.stat(), extra=build)
             prune_stale(path.parent.parent, "*", keep=path.parent, stem=src.stem, extra=build)
-        path.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(prefix=f".{path.name}-", dir=path.parent)
         os.close(fd)
         try:

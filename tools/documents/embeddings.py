@@ -30,8 +30,9 @@ class MiniLMEmbeddings:
 
     model_name = "sentence-transformers/all-MiniLM-L6-v2"
     dim = 384
-    #: Above this many texts in one call, ``engine="auto"`` loads torch: its GEMMs encode in bulk about
-    #: 1.4x faster than numpy's, which pays for its ~5 s and ~460 MB of loading only on big batches.
+    #: Above this many texts in one call, ``engine="auto"`` loads torch: it encodes in bulk 1.1-1.4x
+    #: faster than numpy (benchmarks/RESULTS.md section 13), which pays for its ~5 s and ~460 MB of
+    #: loading only on big batches.
     bulk_texts = 256
 
     def __init__(self, *, device: str = "cpu", batch_size: int = 64, engine: str = "auto") -> None:

@@ -123,12 +123,12 @@ class NumpyBertEncoder:
         head = self.dim // self.heads
         # Padded keys get the most negative float32, as transformers does: exp() of it is exactly 0.
         key_bias = (1.0 - mask)[:, None, None, :] * np.finfo(np.float32).min
+
+        def split(t: np.ndarray) -> np.ndarray:  # (batch, width, dim) -> (batch, heads, width, head)
+            return np.ascontiguousarray(t.reshape(batch, width, self.heads, head).transpose(0, 2, 1, 3))
+
         for layer in range(self.layers):
             p = f"encoder.layer.{layer}"
-
-            def split(t: np.ndarray) -> np.ndarray:
-                return np.ascontiguousarray(t.reshape(batch, width, self.heads, head).transpose(0, 2, 1, 3))
-
             q = split(self._linear(x, f"{p}.attention.self.query"))
             k = split(self._linear(x, f"{p}.attention.self.key"))
             v = split(self._linear(x, f"{p}.attention.self.value"))
@@ -140,7 +140,7 @@ class NumpyBertEncoder:
                                  f"{p}.attention.output.LayerNorm")
             hidden = self._linear(x, f"{p}.intermediate.dense")
             hidden = 0.5 * hidden * (1.0 + erf(hidden / np.float32(np.sqrt(2.0))))
-            x = self._layer_norm(self._linear(hidden.astype(np.float32), f"{p}.output.dense") + x,
+            x = self._layer_norm(self._linear(hidden, f"{p}.output.dense") + x,
                                  f"{p}.output.LayerNorm")
         pooled = (x * mask[:, :, None]).sum(1) / np.maximum(mask.sum(1, keepdims=True), 1e-9)
         return (pooled / np.maximum(np.linalg.norm(pooled, axis=1, keepdims=True), 1e-12)).astype(np.float32)
