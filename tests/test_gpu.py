@@ -15,26 +15,8 @@ from tcrag_langgraph.monitor.scoring import LocalLMScorer
 
 
 
-def _llama_cpp_gpu() -> bool:
-    """A GPU llama.cpp can offload to: a llama-cpp-python built with GPU support, and a GPU device."""
-    import os
-    import shutil
+pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU visible to torch")
 
-    try:
-        import llama_cpp
-    except Exception:  # noqa: BLE001
-        return False
-    return bool(llama_cpp.llama_supports_gpu_offload()) and (
-        os.path.exists("/dev/nvidia0") or shutil.which("nvidia-smi") is not None or os.path.exists("/dev/kfd"))
-
-
-pytestmark = pytest.mark.skipif(not (torch.cuda.is_available() or _llama_cpp_gpu()), reason="needs a CUDA GPU")
-
-
-@pytest.fixture(autouse=True)
-def _torch_tests_need_torch_cuda(request):
-    if "llama_cpp" not in request.node.name and not torch.cuda.is_available():
-        pytest.skip("needs a CUDA GPU visible to torch")
 
 #: The model under test: the packaged SmolLM2 (None), or a .gguf / transformers folder named by
 #: $TCRAG_GPU_TEST_MODEL (e.g. a smaller GGUF where the packaged 98 MB file cannot be copied over).
@@ -107,38 +89,3 @@ def test_a_tcrag_run_on_the_gpu_is_monitored_by_the_gpu_model():
     assert out["answer"] and chat.local_model.device.type == "cuda"
     measured = [e["raw"] for e in out.get("state_history", []) if e.get("raw") is not None]
     assert measured and all(math.isfinite(v) for v in measured)  # scored by the same GPU weights
-
-
-# --- the llama.cpp backend (GGUF) with its layers offloaded ---------------------------------------
-
-def test_llama_cpp_offloads_layers_and_scores_like_the_cpu(tmp_path):
-    """device="cuda" offloads every layer (n_gpu_layers=-1); cppl/uct within 2 % of the CPU run of the
-    same GGUF; generation with prefix reuse equals generation without."""
-    if not _llama_cpp_gpu():
-        pytest.skip("needs llama-cpp-python built with GPU support and a GPU")
-    from tcrag_langgraph.models.llama_cpp import LlamaCppChatModel, load_llama_model
-    from tcrag_langgraph.monitor.llama_cpp import LlamaCppScorer
-
-    gpu_chat = LlamaCppChatModel(model_path=MODEL, device="cuda", max_new_tokens=12, temperature=0.0)
-    cpu = load_llama_model(MODEL, n_gpu_layers=0)
-    gpu = gpu_chat.llama_model
-    assert gpu is not cpu
-    for metric in ("cppl", "uct"):
-        reference = LlamaCppScorer(model_loader=lambda: cpu).score(QUERY, TEXT, metric=metric)
-        value = LlamaCppScorer(chat_model=gpu_chat).score(QUERY, TEXT, metric=metric)
-        assert math.isfinite(value) and value == pytest.approx(reference, rel=0.02), metric
-    plain = LlamaCppChatModel(model_path=MODEL, device="cuda", max_new_tokens=12, temperature=0.0, kv_cache=False)
-    first = gpu_chat.invoke("Which vitamin prevents scurvy?")
-    second = gpu_chat.invoke("Which vitamin prevents scurvy? Answer briefly.")
-    assert second.usage_metadata["input_token_details"]["cache_read"] > 0
-    assert second.content == plain.invoke("Which vitamin prevents scurvy? Answer briefly.").content
-    assert first.content
-
-
-def test_llama_cpp_partial_offload_option(tmp_path):
-    if not _llama_cpp_gpu():
-        pytest.skip("needs llama-cpp-python built with GPU support and a GPU")
-    from tcrag_langgraph.models.llama_cpp import LlamaCppChatModel
-
-    half = LlamaCppChatModel(model_path=MODEL, n_gpu_layers=8, max_new_tokens=8, temperature=0.0)
-    assert half.invoke("Say hi").content

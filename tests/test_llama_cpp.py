@@ -125,6 +125,34 @@ def test_sampling_uses_the_seed(chat):
     assert a.invoke(conversation()).content == b.invoke(conversation()).content
 
 
+def test_a_gpu_device_for_llama_cpp_never_loads_torch():
+    """Asking llama.cpp for a GPU reads the device string and asks the llama-cpp-python build, never
+    torch: on an H200 the CUDA build of llama.cpp crashed at model load in any process that had
+    imported torch (benchmarks/RESULTS.md section 12), and the CPU-only torch pinned here would refuse a
+    GPU that llama.cpp can use. The answer on a CPU-only build is the build's own clear error."""
+    code = ("import sys\n"
+            "from tcrag_langgraph.models.llama_cpp import LlamaCppChatModel\n"
+            "from tcrag_langgraph.faces.run_options import UserError, make_generator\n"
+            "import llama_cpp\n"
+            "chat = LlamaCppChatModel(device='cuda:0', max_new_tokens=4)\n"
+            "assert chat.device == 'cuda:0'\n"
+            "try:\n"
+            "    make_generator(None, device=' cuda ', backend='llama_cpp')\n"
+            "    print('ACCEPTED', llama_cpp.llama_supports_gpu_offload())\n"
+            "except UserError as exc:\n"
+            "    print('REFUSED', exc)\n"
+            "print('TORCH', 'torch' in sys.modules)\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert "TORCH False" in out.stdout, out.stdout
+    import llama_cpp
+
+    if llama_cpp.llama_supports_gpu_offload():
+        assert "ACCEPTED True" in out.stdout, out.stdout
+    else:
+        assert "REFUSED Invalid option: --device:" in out.stdout and "no GPU offload" in out.stdout, out.stdout
+
+
 def test_a_gpu_on_a_cpu_only_build_is_a_clear_error():
     import llama_cpp
 

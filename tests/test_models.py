@@ -18,10 +18,12 @@ from langchain_core.language_models.fake_chat_models import FakeListChatModel
 from tcrag_langgraph.models.local import (
     DTYPES,
     LocalChatModel,
+    device_syntax,
     LocalModelError,
     default_model_source,
     load_local_model,
     resolve_chat_model,
+    validate_device,
 )
 from tcrag_langgraph.monitor.scoring import LocalLMScorer
 
@@ -122,6 +124,11 @@ def test_dtype_and_device_are_validated():
         LocalChatModel(dtype="fp32")
     with pytest.raises(ValueError, match="unknown device"):
         LocalChatModel(device="graphics-card")
+    for bad in ("", "gpu", "cuda:", "cuda:x", "CPU0", "tpu", None):
+        with pytest.raises(ValueError, match="unknown device"):
+            device_syntax(bad)
+    assert [device_syntax(d) for d in ("cpu", " cuda ", "cuda:1", "mps")] == ["cpu", "cuda", "cuda:1", "mps"]
+    assert validate_device(" cpu ") == "cpu"
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the error on a machine without CUDA")

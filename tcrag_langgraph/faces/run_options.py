@@ -104,14 +104,15 @@ def make_generator(model: Optional[str], *, base_url: Optional[str] = None, api_
                    threads: Optional[int] = None) -> Any:
     """The chat model ``model`` names (see :func:`~tcrag_langgraph.models.local.resolve_chat_model`),
     every problem a :class:`UserError`; nothing is loaded."""
-    from ..models.local import DTYPES, LocalChatModel, LocalModelError, resolve_chat_model, validate_device
+    from ..models.llama_cpp import LlamaCppChatModel, require_gpu_offload
+    from ..models.local import DTYPES, LocalChatModel, LocalModelError, device_syntax, resolve_chat_model, validate_device
 
     if dtype is not None and dtype not in DTYPES:
         raise UserError("Invalid option", f"--dtype {dtype!r} is not one of {', '.join(DTYPES)}")
     if device is not None:
         try:
-            validate_device(device)
-        except (ValueError, LocalModelError) as exc:
+            device = device_syntax(device)
+        except ValueError as exc:
             raise UserError("Invalid option", f"--device: {exc}") from None
     served = {k: v for k, v in (("base_url", base_url), ("api_key", api_key)) if v is not None}
     if served and not _is_provider_name(model):
@@ -131,6 +132,12 @@ def make_generator(model: Optional[str], *, base_url: Optional[str] = None, api_
             raise UserError("Missing credentials", f"{model}: {text} Give --api-key-env NAME, the environment "
                                                    "variable holding the key.") from None
         raise UserError("Model error", f"{model}: {type(exc).__name__}: {text}") from None
+    if device is not None and device != "cpu" and isinstance(chat, LocalChatModel):
+        # Asked of the backend that will run the model: llama.cpp's build, or torch (never torch for llama.cpp).
+        try:
+            require_gpu_offload() if isinstance(chat, LlamaCppChatModel) else validate_device(device)
+        except LocalModelError as exc:
+            raise UserError("Invalid option", f"--device: {exc}") from None
     if isinstance(chat, LocalChatModel) and seed is not None:
         chat.seed = seed
     if threads is not None and hasattr(chat, "n_threads"):  # llama.cpp's threads (torch's are set by the caller)

@@ -49,7 +49,7 @@ from pydantic import Field, PrivateAttr, field_validator
 from .cache_entries import has_record, prune_stale, record_source
 from .kv_cache import CacheStats
 from .llama_cpp_states import BranchStash, PrefixFiles, common_prefix
-from .local import LocalChatModel, LocalModelError, _role, default_model_source
+from .local import LocalChatModel, LocalModelError, _role, default_model_source, device_syntax
 from ..tools.layer.outcome import content_text
 
 __all__ = [
@@ -242,10 +242,8 @@ def _load(path: str, n_ctx: int, n_threads: int, n_gpu_layers: int, name: Option
 
     file = Path(path)
     _quick_check(file)  # the full check (a few seconds for a large vocabulary) only if llama.cpp fails
-    if n_gpu_layers != 0 and not llama_cpp.llama_supports_gpu_offload():
-        raise LocalModelError(
-            "a GPU was asked for (n_gpu_layers/device), but this llama-cpp-python build has no GPU offload; "
-            "rebuild it with CMAKE_ARGS=\"-DGGML_CUDA=on\" (or use device='cpu')")
+    if n_gpu_layers != 0:
+        require_gpu_offload()
     try:
         llm = llama_cpp.Llama(model_path=str(file), n_ctx=n_ctx, n_threads=n_threads, n_threads_batch=n_threads,
                               n_gpu_layers=n_gpu_layers, logits_all=False, verbose=False)
@@ -388,11 +386,17 @@ def _device_layers(device: Optional[str], n_gpu_layers: Optional[int]) -> int:
     """Layers to offload: ``n_gpu_layers`` if given, else all (-1) for a GPU device, none for the CPU."""
     if n_gpu_layers is not None:
         return int(n_gpu_layers)
-    if device is None or device == "cpu":
-        return 0
-    if device.startswith(("cuda", "gpu", "vulkan", "metal", "mps")):
-        return -1
-    raise ValueError(f"unknown device {device!r} for the llama_cpp backend; use 'cpu' or 'cuda'")
+    return 0 if device is None or device_syntax(device) == "cpu" else -1
+
+
+def require_gpu_offload() -> None:
+    """LocalModelError unless this llama-cpp-python build can offload layers to a GPU."""
+    import llama_cpp
+
+    if not llama_cpp.llama_supports_gpu_offload():
+        raise LocalModelError(
+            "a GPU was asked for (n_gpu_layers/device), but this llama-cpp-python build has no GPU offload; "
+            "rebuild it with CMAKE_ARGS=\"-DGGML_CUDA=on\" (or use device='cpu')")
 
 
 # ----- streaming text with stop sequences -----

@@ -20,6 +20,7 @@ import hashlib
 import importlib.util
 import logging
 import os
+import re
 import shutil
 import sys
 import tempfile
@@ -117,24 +118,32 @@ def validate_dtype(dtype: str) -> str:
     return dtype
 
 
+#: 'cpu', 'cuda', 'cuda:N', 'mps' (llama.cpp reads a GPU device as "offload every layer").
+_DEVICE = re.compile(r"(cpu|cuda|mps)(:\d+)?")
+
+
+def device_syntax(device: str) -> str:
+    """``device`` stripped if it reads as ``cpu``, ``cuda``, ``cuda:N`` or ``mps``, else a ValueError.
+
+    Imports nothing: a process that runs a CUDA build of llama.cpp must not load torch (beside torch's
+    CUDA libraries that build crashed at model load on an H200, benchmarks/RESULTS.md section 12), so
+    whether the device exists is checked by the backend that loads the model."""
+    if not isinstance(device, str) or not _DEVICE.fullmatch(device.strip()):
+        raise ValueError(f"unknown device {device!r}; use 'cpu', 'cuda', 'cuda:N' or 'mps'")
+    return device.strip()
+
+
 def validate_device(device: str) -> str:
     """A torch device string (``cpu``, ``cuda``, ``cuda:1``, ``mps``), normalised; ValueError if it is
-    not one, LocalModelError if this machine does not have it."""
+    not one, LocalModelError if torch on this machine does not have it."""
+    device = device_syntax(device)
     import torch
 
-    if not isinstance(device, str) or not device.strip():
-        raise ValueError("device must be a non-empty string such as 'cpu' or 'cuda:0'")
-    try:
-        parsed = torch.device(device.strip())
-    except (RuntimeError, ValueError) as exc:
-        raise ValueError(f"unknown device {device!r}; use 'cpu', 'cuda', 'cuda:N' or 'mps'") from exc
-    if parsed.type == "cuda" and not torch.cuda.is_available():
+    if device.startswith("cuda") and not torch.cuda.is_available():
         raise LocalModelError(f"device {device!r} asked for, but this torch build sees no CUDA GPU; use device='cpu'")
-    if parsed.type == "mps" and not torch.backends.mps.is_available():
+    if device.startswith("mps") and not torch.backends.mps.is_available():
         raise LocalModelError(f"device {device!r} asked for, but MPS is not available here; use device='cpu'")
-    if parsed.type not in ("cpu", "cuda", "mps"):
-        raise ValueError(f"unsupported device type {parsed.type!r}; use 'cpu', 'cuda', 'cuda:N' or 'mps'")
-    return str(parsed)
+    return str(torch.device(device))
 
 
 def _load_from_folder(path: Path, *, dtype: str = "float32", device: str = "cpu", **kwargs: Any):
@@ -300,13 +309,7 @@ class LocalChatModel(BaseChatModel):
     @field_validator("device")
     @classmethod
     def _device_syntax(cls, value: str) -> str:
-        import torch
-
-        try:
-            torch.device(value)
-        except (RuntimeError, ValueError) as exc:
-            raise ValueError(f"unknown device {value!r}; use 'cpu', 'cuda', 'cuda:N' or 'mps'") from exc
-        return value
+        return device_syntax(value)  # no torch here: LlamaCppChatModel shares this field
 
     @property
     def _llm_type(self) -> str:
