@@ -157,7 +157,7 @@ def test_a_gpu_on_a_cpu_only_build_is_a_clear_error():
     import llama_cpp
 
     if llama_cpp.llama_supports_gpu_offload():
-        pytest.skip("this llama-cpp-python build can offload to a GPU (tests/test_gpu.py covers it)")
+        pytest.skip("this llama-cpp-python build can offload to a GPU (tests/test_gpu_llama_cpp.py covers it)")
     with pytest.raises(LocalModelError, match="no GPU offload"):
         LlamaCppChatModel(device="cuda", max_new_tokens=4).invoke("hi")
     with pytest.raises(LocalModelError, match="no GPU offload"):

@@ -458,7 +458,7 @@ class LlamaCppChatModel(LocalChatModel):
     n_threads: Optional[int] = Field(default=None, ge=1, description="CPU threads; None = the cores this process may use")
     n_gpu_layers: Optional[int] = Field(
         default=None, description="Layers offloaded to a GPU (-1 = all); None = all for a GPU device, none for 'cpu'. "
-        "Needs a llama-cpp-python built with GPU support (tests/test_gpu.py)")
+        "Needs a llama-cpp-python built with GPU support (tests/test_gpu_llama_cpp.py)")
     weights: str = Field(
         default="auto", description="'file': generate with the GGUF's own (quantized) weights; 'float16': with its "
         "float16 re-encoding (the weights the exact monitor scores with, loaded once for both); 'auto': float16 for "
