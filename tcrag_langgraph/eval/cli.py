@@ -387,6 +387,10 @@ def register(app: typer.Typer) -> None:
         progress: ProgressOpt = True,
         concurrency: int = typer.Option(1, min=1, help="questions in flight at once (for a served model whose "
                                         "server batches them; greedy results are the same for any value)"),
+        reply_cache: bool = typer.Option(
+            False, "--reply-cache", help="greedy runs only: keep the model's replies in the run folder "
+            "(replies.sqlite), so a prompt two methods send alike is generated once; time still counts each "
+            "replayed reply at the seconds its generation took"),
     ) -> None:
         """Evaluate methods on a dataset: accuracy and cost per method (paper Tables 1, 2, 5)."""
         from ..machine.config import TCRAGConfig
@@ -404,6 +408,9 @@ def register(app: typer.Typer) -> None:
             raise typer.BadParameter("--attack keeps per-question state: run it with --concurrency 1")
         if noise not in ("irrelevant", "relevant", "mixed"):
             raise typer.BadParameter("--noise must be irrelevant, relevant or mixed")
+        if reply_cache and temperature > 0:
+            raise typer.BadParameter("--reply-cache replays one reply per prompt: it needs greedy decoding "
+                                     f"(--temperature 0), not {temperature}")
         all_records = _load_records(dataset, split, context, long_answers, fields, task, answer_index_base)
         records = sample_records(all_records, limit=limit, seed=seed if limit else None)
         ctask = calibration_task or task_name(dataset)
@@ -417,6 +424,10 @@ def register(app: typer.Typer) -> None:
         api_key = _key(api_key_env)
         chat = resolve_model(model, max_new_tokens=max_new_tokens, temperature=temperature, base_url=base_url,
                              api_key=api_key)
+        if reply_cache:
+            from .reply_cache import REPLY_CACHE_FILE, ReplyCache
+
+            chat.cache = ReplyCache(out / REPLY_CACHE_FILE)
         tool_list = resolve_tools(tools, exclude_ids=[r.id for r in records] if exclude_eval_docs else None,
                                   es_url=es_url, es_index=es_index)
         controller = None
@@ -448,6 +459,8 @@ def register(app: typer.Typer) -> None:
         }
         if own_options:  # absent otherwise, so runs from before this option still resume
             settings["method_options"] = own_options
+        if reply_cache:  # likewise; a run folder keeps one choice
+            settings["reply_cache"] = True
         try:
             rows = run_evaluation(records, graphs, out_dir=out, settings=settings, seed=seed, include_context=context,
                                   poison=controller, progress=progress, concurrency=concurrency)

@@ -11,6 +11,10 @@ method's own bookkeeping:
   ``total_tokens`` adds the prompts, which for a stack machine grow with the stack.
 * **Backtracks / Summaries**: trace events that really popped a frame (``op == "pop"``) or replaced
   the top one (``op == "pop+push"``); a Backtrack on a bare User_Query (``noop``) is not counted.
+* **Replayed replies** (``tcrag eval --reply-cache``, :mod:`tcrag_langgraph.eval.reply_cache`):
+  ``cached_calls`` counts the calls answered from the cache, ``replayed_s`` the seconds their
+  generations took when first made, which ``wall_time_s`` includes (so a method's time reads as if it
+  had generated every reply).
 
 Example:
     >>> from langchain_core.language_models.fake_chat_models import FakeListChatModel
@@ -32,6 +36,7 @@ from langchain_core.callbacks import BaseCallbackHandler
 from ..tools.layer.outcome import content_text
 from ..tools.layer import is_tool_error
 from ..tools.tokens import count_tokens
+from .reply_cache import HIT_KEY, SECONDS_KEY
 
 __all__ = ["UsageMeter", "QuestionCost", "count_stack_ops", "question_cost", "mean_costs", "COST_FIELDS"]
 
@@ -46,6 +51,8 @@ COST_FIELDS = (
     "backtracks",
     "summaries",
     "steps",
+    "cached_calls",
+    "replayed_s",
 )
 
 
@@ -71,6 +78,8 @@ class UsageMeter(BaseCallbackHandler):
             self.tool_errors = 0
             self.tool_names: list[str] = []
             self._tool_runs: set[UUID] = set()
+            self.cached_calls = 0
+            self.replayed_s = 0.0
 
     # ----- models -----
     def on_chat_model_start(self, serialized: Mapping[str, Any], messages: list[list[Any]], **kwargs: Any) -> None:
@@ -86,13 +95,19 @@ class UsageMeter(BaseCallbackHandler):
             self.prompt_tokens += tokens
 
     def on_llm_end(self, response: Any, **kwargs: Any) -> None:
-        tokens = 0
+        tokens, hits, replayed = 0, 0, 0.0
         for batch in getattr(response, "generations", []) or []:
             for gen in batch:
                 message = getattr(gen, "message", None)
                 tokens += count_tokens(content_text(message.content) if message is not None else getattr(gen, "text", ""))
+                metadata = getattr(message, "response_metadata", None) or {}
+                if metadata.get(HIT_KEY):
+                    hits += 1
+                    replayed += float(metadata.get(SECONDS_KEY) or 0.0)
         with self._lock:
             self.completion_tokens += tokens
+            self.cached_calls += hits
+            self.replayed_s += replayed
 
     # ----- tools -----
     def on_tool_start(self, serialized: Mapping[str, Any], input_str: str, *, run_id: UUID, **kwargs: Any) -> None:
@@ -127,6 +142,8 @@ class QuestionCost:
     backtracks: int
     summaries: int
     steps: int
+    cached_calls: int = 0
+    replayed_s: float = 0.0
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -155,19 +172,22 @@ def count_stack_ops(trace: Optional[Iterable[Any]]) -> tuple[int, int]:
 
 
 def question_cost(output: Mapping[str, Any], meter: UsageMeter, *, wall_time_s: float) -> QuestionCost:
-    """Combine a run's output state (trace, steps) with what the meter counted."""
+    """Combine a run's output state (trace, steps) with what the meter counted; ``wall_time_s`` is
+    the measured time plus the seconds of the replies replayed from a reply cache."""
     backtracks, summaries = count_stack_ops(output.get("trace"))
     return QuestionCost(
         llm_calls=meter.llm_calls,
         retrievals=meter.retrievals,
         tool_errors=meter.tool_errors,
-        wall_time_s=float(wall_time_s),
+        wall_time_s=float(wall_time_s) + meter.replayed_s,
         prompt_tokens=meter.prompt_tokens,
         completion_tokens=meter.completion_tokens,
         total_tokens=meter.prompt_tokens + meter.completion_tokens,
         backtracks=backtracks,
         summaries=summaries,
         steps=int(output.get("steps") or 0),
+        cached_calls=meter.cached_calls,
+        replayed_s=round(meter.replayed_s, 3),
     )
 
 

@@ -598,6 +598,10 @@ def _columns(summary: Sequence[Mapping[str, Any]]) -> list[tuple[str, Callable[[
         ]
     cols += [
         ("Avg. Interactions", lambda s: _num(s["avg_llm_calls"])),
+    ]
+    if any(s.get("avg_cached_calls") for s in summary):  # tcrag eval --reply-cache: time includes replayed replies
+        cols.append(("Avg. Replayed Calls", lambda s: _num(s.get("avg_cached_calls", 0.0))))
+    cols += [
         ("Avg. Retrievals", lambda s: _num(s["avg_retrievals"])),
         ("Repeated Calls Run", lambda s: str(s.get("repeated_executed_calls", 0))),
         ("Repeated Calls Refused", lambda s: str(s.get("repeated_refused_calls", 0))),
