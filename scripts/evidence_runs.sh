@@ -25,18 +25,20 @@ COMMON=(--model "$M" --max-new-tokens 150 --temperature 0 --no-progress)
     --sigma answer_prob=0.4651 --sigma-cppl 73.07 --sigma-uct 0.0001147 --max-steps 8 "${COMMON[@]}" \
     --out "$RUNS/test15"
 
-# 2. MedMCQA dev, closed book, 200 questions: Base, CoT, SR-RAG, ReAct, TC-RAG.
-.venv/bin/tcrag eval --dataset medmcqa --split dev --limit 200 --seed 0 --tools none \
+# 2. MedMCQA dev, closed book, 200 questions: Base, CoT, SR-RAG, ReAct, TC-RAG. From here on with
+#    --reply-cache (table 1 started without it, and a run folder keeps its settings): the three TC-RAG
+#    variants send the same prompts until their first Conclusion is judged.
+.venv/bin/tcrag eval --dataset medmcqa --split dev --limit 200 --seed 0 --tools none --reply-cache \
     --method base,cot,sr-rag,react,tcrag-answer,tcrag-cppl,tcrag-uct \
     --sigma answer_prob=0.7691 --sigma-cppl 2.013 --sigma-uct 1.867 --max-steps 6 "${COMMON[@]}" \
     --out "$RUNS/mcdev15"
 
 # 3. PubMedQA-L test, 100 of the same 200 (random.sample draws them first): the adaptive baselines and
 #    the ablations without Backtrack / Summary (TC-RAG cppl's, at its trainval sigma, like tcrag-cppl in 1).
-.venv/bin/tcrag eval --dataset pubmedqa --split test --limit 100 --seed 0 --no-context --tools docs \
+.venv/bin/tcrag eval --dataset pubmedqa --split test --limit 100 --seed 0 --no-context --tools docs --reply-cache \
     --method flare,dragin,fl-rag,fs-rag,self-rag,wo-backtrack,wo-summary \
     --sigma-cppl 73.07 --max-steps 8 "${COMMON[@]}" --out "$RUNS/test15-adaptive"
 
 # 4. PubMedQA-L test, 50 of the same 200: the papers' other methods.
-.venv/bin/tcrag eval --dataset pubmedqa --split test --limit 50 --seed 0 --no-context --tools docs \
+.venv/bin/tcrag eval --dataset pubmedqa --split test --limit 50 --seed 0 --no-context --tools docs --reply-cache \
     --method crp-rag,kag-thinker,diffrag --max-steps 8 "${COMMON[@]}" --out "$RUNS/test15-papers"
