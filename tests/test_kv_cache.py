@@ -3,6 +3,7 @@ TC-RAG prompt at frame boundaries, and cached vs uncached greedy generation on t
 
 from __future__ import annotations
 
+import inspect
 import threading
 
 import pytest
@@ -397,3 +398,23 @@ def test_a_stop_string_is_matched_in_the_reply_only_never_across_the_prompt(lm):
     # ...so generation must run exactly as without the stop (the old criteria stopped at token 1)
     assert stopped.content == free.content
     assert stopped.usage_metadata["output_tokens"] == free.usage_metadata["output_tokens"]
+
+
+def test_the_cache_is_passed_by_the_keyword_the_installed_transformers_takes(lm):
+    """transformers 5.24 renamed past_key_values to cache (the old name warns and goes in 5.40); an
+    earlier 5.x takes only past_key_values. Scoring and generation pass it without a warning."""
+    import warnings
+
+    from tcrag_langgraph.models.kv_cache import cache_keyword
+    from tcrag_langgraph.monitor.scoring import LocalLMScorer
+
+    class OldModel:
+        def forward(self, input_ids, past_key_values=None, use_cache=False):
+            return None
+
+    assert cache_keyword(OldModel()) == "past_key_values"
+    assert cache_keyword(lm.model) == ("cache" if "cache" in inspect.signature(lm.model.forward).parameters
+                                       else "past_key_values")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", FutureWarning)
+        LocalLMScorer(lm).score("Which vitamin prevents scurvy?", "Vitamin C.", metric="cppl")

@@ -19,12 +19,15 @@ the same whoever computed them (causal attention), so concurrent runs can never 
 cppl/uct of a new frame then cost one forward pass over the frame's tokens only.
 
 Note: in transformers 5.x ``DynamicCache.crop`` takes a *negative* count of tokens to remove;
-:func:`crop_cache` takes the length to keep.
+:func:`crop_cache` takes the length to keep. A cache is passed by the keyword
+:func:`cache_keyword` names (newer 5.x releases renamed ``past_key_values`` to ``cache``).
 """
 
 from __future__ import annotations
 
 import copy
+import functools
+import inspect
 import itertools
 import threading
 from collections import OrderedDict
@@ -38,6 +41,7 @@ __all__ = [
     "CacheLease",
     "PromptKVPool",
     "PrefixStateCache",
+    "cache_keyword",
     "common_prefix_len",
     "crop_cache",
 ]
@@ -54,6 +58,18 @@ def common_prefix_len(a: Sequence[int], b: Sequence[int]) -> int:
     tb = torch.as_tensor(b[:n])
     diff = (ta != tb).nonzero()
     return int(diff[0, 0]) if diff.numel() else n
+
+
+def cache_keyword(model: Any) -> str:
+    """The keyword ``model``'s forward and ``generate`` take a key/value cache by: ``cache`` where the
+    installed transformers has it (5.24 warns that ``past_key_values`` goes in 5.40), else
+    ``past_key_values`` (earlier 5.x releases)."""
+    return _cache_keyword(type(model))
+
+
+@functools.lru_cache(maxsize=None)
+def _cache_keyword(model_type: type) -> str:
+    return "cache" if "cache" in inspect.signature(model_type.forward).parameters else "past_key_values"
 
 
 def crop_cache(cache: Any, keep: int) -> None:
@@ -97,7 +113,7 @@ class CacheLease:
     """A cache checked out of a :class:`PromptKVPool` for one call.
 
     ``cache`` holds the key/value states of ``prompt_ids[:reused]``; the caller runs the model over
-    the remaining tokens with ``past_key_values=cache`` and then calls :meth:`PromptKVPool.release`.
+    the remaining tokens with that cache (:func:`cache_keyword`) and then calls :meth:`PromptKVPool.release`.
     """
 
     cache: Any

@@ -36,7 +36,7 @@ from langchain_core.messages import AIMessage, AIMessageChunk, BaseMessage
 from langchain_core.outputs import ChatGeneration, ChatGenerationChunk, ChatResult
 from pydantic import ConfigDict, Field, PrivateAttr, field_validator
 
-from .kv_cache import CacheStats, PromptKVPool
+from .kv_cache import CacheStats, PromptKVPool, cache_keyword
 from ..tools.layer.outcome import content_text
 
 __all__ = [
@@ -422,7 +422,7 @@ class LocalChatModel(BaseChatModel):
             try:
                 if lease is not None:
                     # generate() runs the model over input_ids[lease.reused:] only, then decodes.
-                    gen_kwargs["past_key_values"] = lease.cache
+                    gen_kwargs[cache_keyword(lm.model)] = lease.cache
                 out = lm.model.generate(input_ids, **gen_kwargs)
                 # Keep the generated tokens too: a format re-prompt replays this output as an
                 # assistant turn right after this prompt, so they are usually a prefix match.

@@ -32,7 +32,7 @@ from __future__ import annotations
 import threading
 from typing import Any, Callable, Literal, NamedTuple, Optional, Protocol, runtime_checkable
 
-from ..models.kv_cache import PrefixStateCache, crop_cache
+from ..models.kv_cache import PrefixStateCache, cache_keyword, crop_cache
 from ..models.local import LocalChatModel, LocalModel, load_local_model
 from .state_values import token_logprobs_to_metric
 
@@ -193,13 +193,13 @@ class LocalLMScorer:
         entry = self.prefix_cache.take(key)
         if entry is None:
             cache = DynamicCache(config=model.config)
-            out = model(torch.tensor([ids[:first]], device=device), past_key_values=cache, use_cache=True,
+            out = model(torch.tensor([ids[:first]], device=device), **{cache_keyword(model): cache}, use_cache=True,
                         logits_to_keep=1)  # only the last position predicts a scored token
             entry = (cache, out.logits[0, -1:].float())
         cache, last = entry
         rest = ids[first: len(ids) - 1]  # the final token predicts nothing we score: skip it
         if rest:
-            out = model(torch.tensor([rest], device=device), past_key_values=cache, use_cache=True)
+            out = model(torch.tensor([rest], device=device), **{cache_keyword(model): cache}, use_cache=True)
             logits = torch.cat([last, out.logits[0].float()])
         else:
             logits = last
