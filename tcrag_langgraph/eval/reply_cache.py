@@ -92,7 +92,7 @@ class ReplyCache(BaseCache):
         self._local.started = None
         with self._lock, self._db as db:
             db.execute("INSERT OR REPLACE INTO replies (prompt, llm, generations, seconds) VALUES (?, ?, ?, ?)",
-                             (prompt, llm_string, dumps(list(return_val)), seconds))
+                       (prompt, llm_string, dumps(list(return_val)), seconds))
 
     def clear(self, **kwargs: Any) -> None:
         with self._lock, self._db as db:
