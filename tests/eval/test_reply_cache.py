@@ -90,3 +90,18 @@ def test_the_cli_refuses_the_cache_for_a_sampled_run_and_records_it(app, data, t
     # A folder keeps its choice: the same run without the cache is refused.
     other = CliRunner().invoke(app, [*base[:-1], "--out", str(tmp_path / "b"), "--temperature", "0"])
     assert other.exit_code != 0 and "other settings" in other.output
+
+
+def test_an_async_call_is_replayed_with_its_own_seconds(tmp_path):
+    import asyncio
+
+    cache = ReplyCache(tmp_path / "replies.sqlite")
+    model = slow_model(cache)
+
+    async def twice():
+        first = await model.ainvoke(PROMPT)
+        return first, await model.ainvoke(PROMPT)
+
+    first, second = asyncio.run(twice())
+    assert second.content == first.content and model.call_count == 1
+    assert second.response_metadata[HIT_KEY] is True and second.response_metadata[SECONDS_KEY] >= 0.05
