@@ -157,7 +157,9 @@ def breakdown(args: argparse.Namespace) -> None:
 
     from tcrag_langgraph.faces import cli
     from tcrag_langgraph.machine import kernel
+    from tcrag_langgraph.models import llama_cpp as llama_models
     from tcrag_langgraph.models import local as models
+    from tcrag_langgraph.monitor import llama_cpp as llama_scoring
     from tcrag_langgraph.monitor import scoring
 
     import_s = time.perf_counter() - t0
@@ -169,23 +171,26 @@ def breakdown(args: argparse.Namespace) -> None:
         seen_tools.add(tool.name)
         return f"tool {tool.name}" + (" (first call: loads its data)" if first else "")
 
+    # Both backends: llama.cpp runs the packaged GGUF (the default), transformers a model folder.
+    timed = [(models, "load_local_model", "model load"), (llama_models, "load_llama_model", "model load"),
+             (cli, "_default_tools", "tool construction"),
+             (models.LocalChatModel, "_generate", "generation"), (llama_models.LlamaCppChatModel, "_generate", "generation"),
+             (llama_models.LlamaCppChatModel, "_stream", "generation"),
+             (scoring.LocalLMScorer, "score", "state scoring"), (llama_scoring.LlamaCppScorer, "score", "state scoring"),
+             (kernel, "invoke_tool", tool_key)]
     for question in QUESTIONS[: args.questions]:
         bucket: dict[str, float] = defaultdict(float)
         counts: dict[str, int] = defaultdict(int)
-        originals = (models.load_local_model, cli._default_tools, models.LocalChatModel._generate,
-                     scoring.LocalLMScorer.score, kernel.invoke_tool)
-        models.load_local_model = _timer(bucket, counts, "model load", originals[0])
-        cli._default_tools = _timer(bucket, counts, "tool construction", originals[1])
-        models.LocalChatModel._generate = _timer(bucket, counts, "generation", originals[2])
-        scoring.LocalLMScorer.score = _timer(bucket, counts, "state scoring", originals[3])
-        kernel.invoke_tool = _timer(bucket, counts, tool_key, originals[4])
+        originals = [owner.__dict__[attr] for owner, attr, _ in timed]
+        for (owner, attr, label), fn in zip(timed, originals):
+            setattr(owner, attr, _timer(bucket, counts, label, fn))
         try:
             start = time.perf_counter()
             result = CliRunner().invoke(cli.app, ["ask", question, "--json", *shlex.split(args.args)])
             total = time.perf_counter() - start
         finally:
-            (models.load_local_model, cli._default_tools, models.LocalChatModel._generate,
-             scoring.LocalLMScorer.score, kernel.invoke_tool) = originals
+            for (owner, attr, _), fn in zip(timed, originals):
+                setattr(owner, attr, fn)
         data = json.loads(result.stdout[result.stdout.index("{"):])
         print(f"\nQ: {question}  (load {os.getloadavg()[0]:.1f})\n   total {total:.1f} s, steps {data['steps']}, "
               f"halt {data['halt_reason']}, completion tokens {data['token_usage'].get('completion')}")
