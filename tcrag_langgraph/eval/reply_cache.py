@@ -25,9 +25,11 @@ from __future__ import annotations
 import sqlite3
 import threading
 import time
+import warnings
 from pathlib import Path
 from typing import Any, Optional, Sequence
 
+from langchain_core._api import LangChainBetaWarning
 from langchain_core.caches import BaseCache
 from langchain_core.load import dumps, loads
 from langchain_core.messages import AIMessage
@@ -79,7 +81,9 @@ class ReplyCache(BaseCache):
             with self._lock:
                 self._started[(prompt, llm_string)] = time.perf_counter()
             return None
-        generations = loads(row[0], allowed_objects=_STORED)  # nothing but what update() wrote
+        with warnings.catch_warnings():  # langchain_core marks loads as beta; it reads what its dumps wrote
+            warnings.simplefilter("ignore", LangChainBetaWarning)
+            generations = loads(row[0], allowed_objects=_STORED)  # nothing but what update() wrote
         for gen in generations:
             message = getattr(gen, "message", None)
             if message is not None:
