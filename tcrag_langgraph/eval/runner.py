@@ -37,6 +37,8 @@ import zlib
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping, Optional, Sequence
 
+from filelock import FileLock, Timeout
+
 from ..machine.result import RunResult
 from .datasets import QARecord, answer_format_for, format_question, structured_letters
 from .efficiency import COST_FIELDS, UsageMeter, mean_costs, question_cost
@@ -57,14 +59,21 @@ __all__ = [
     "SETTINGS_FILE",
     "merge_runs",
     "SettingsMismatch",
+    "RunFolderBusy",
 ]
 
 RESULTS_FILE = "results.jsonl"
 SETTINGS_FILE = "run.json"
+#: Held by the process writing a run folder (``filelock``; the OS drops it when that process ends).
+LOCK_FILE = ".writing.lock"
 
 
 class SettingsMismatch(RuntimeError):
     """The output folder holds a run with other settings."""
+
+
+class RunFolderBusy(SettingsMismatch):
+    """Another process is writing the output folder (a second writer would interleave its rows)."""
 
 
 # --------------------------------------------------------------------------------------------
@@ -359,7 +368,42 @@ def run_evaluation(
     results are the same for any ``concurrency``; sampled ones are reproducible only at 1 (the
     per-question seeds are process-global). The noise attack holds per-question state: with
     ``poison`` it must be 1. A row's ``wall_time_s`` includes waiting for the other runs.
+
+    One process at a time writes a folder: a second run on a folder another process is writing is
+    refused with :class:`RunFolderBusy` (a lock file, released when the writer exits or dies).
     """
+    options = dict(settings=settings, seed=seed, include_context=include_context, language=language, poison=poison,
+                   progress=progress, on_row=on_row, concurrency=concurrency)
+    if out_dir is None:
+        return _evaluate(records, methods, out_dir=None, **options)
+    folder = Path(out_dir)
+    folder.mkdir(parents=True, exist_ok=True)
+    lock = FileLock(str(folder / LOCK_FILE), timeout=0)
+    try:
+        lock.acquire()
+    except Timeout:
+        raise RunFolderBusy(f"{folder} is being written by another tcrag eval process; wait for it to end "
+                            "or give another output folder") from None
+    try:
+        return _evaluate(records, methods, out_dir=folder, **options)
+    finally:
+        lock.release()
+
+
+def _evaluate(
+    records: Sequence[QARecord],
+    methods: Mapping[str, Any],
+    *,
+    out_dir: Optional[str | os.PathLike[str]],
+    settings: Optional[Mapping[str, Any]],
+    seed: int,
+    include_context: bool,
+    language: str,
+    poison: Any,
+    progress: bool,
+    on_row: Optional[Callable[[dict[str, Any]], None]],
+    concurrency: int,
+) -> list[dict[str, Any]]:
     if not isinstance(concurrency, int) or isinstance(concurrency, bool) or concurrency < 1:
         raise ValueError(f"concurrency must be a positive integer, got {concurrency!r}")
     if poison is not None and concurrency > 1:

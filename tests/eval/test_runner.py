@@ -215,3 +215,31 @@ def test_rows_keep_the_evidence_and_the_rejected_conclusions_and_what_a_rejectio
     assert (e.questions, e.rejected, e.changed) == (1, 1, 1)
     assert (e.wrong_to_right, e.right_to_wrong) == ((1, 0) if gold_yes else (0, 1))
     assert effects["sr-rag"].rejected == 0
+
+
+def test_a_folder_another_process_is_writing_is_refused_until_that_process_ends(tmp_path):
+    """Two writers would interleave their rows in one results.jsonl: the second is refused with a
+    clear error, nothing of the folder changes, and the lock goes with the writer, even one killed."""
+    import subprocess
+    import sys
+
+    from tcrag_langgraph.eval.runner import LOCK_FILE, RunFolderBusy
+
+    out = tmp_path / "run"
+    out.mkdir()
+    holder = subprocess.Popen(
+        [sys.executable, "-c", "import sys, time\nfrom filelock import FileLock\n"
+         f"lock = FileLock({str(out / LOCK_FILE)!r})\nlock.acquire()\nprint('held', flush=True)\ntime.sleep(60)"],
+        stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        records = [QARecord("q1", "Is aspirin an NSAID?", "yesno", ("yes",))]
+        graphs = build_methods(["base"], model=model("yes"))
+        with pytest.raises(RunFolderBusy, match="being written by another tcrag eval process"):
+            run_evaluation(records, graphs, out_dir=out, progress=False)
+        assert sorted(p.name for p in out.iterdir()) == [LOCK_FILE]  # no settings, no rows
+    finally:
+        holder.kill()
+        holder.wait()
+    rows = run_evaluation(records, graphs, out_dir=out, progress=False)
+    assert [r["answer"] for r in rows] == ["yes"] and len(read_results(out / "results.jsonl")) == 1
