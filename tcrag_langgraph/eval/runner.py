@@ -24,6 +24,7 @@ schema; splitting them would spread that schema over several files.
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import dataclasses
 import io
@@ -35,7 +36,7 @@ import sys
 import time
 import zlib
 from pathlib import Path
-from typing import Any, Callable, Iterable, Mapping, Optional, Sequence
+from typing import Any, Callable, Iterable, Iterator, Mapping, Optional, Sequence
 
 from filelock import FileLock, Timeout
 
@@ -343,6 +344,27 @@ def _run_one(
     return row
 
 
+@contextlib.contextmanager
+def _writer_lock(out_dir: Optional[str | os.PathLike[str]]) -> Iterator[None]:
+    """Hold ``out_dir``'s lock file for the run (nothing without a folder); RunFolderBusy if another
+    process holds it. The OS drops the lock when its holder ends, killed or not."""
+    if out_dir is None:
+        yield
+        return
+    folder = Path(out_dir)
+    folder.mkdir(parents=True, exist_ok=True)
+    lock = FileLock(str(folder / LOCK_FILE), timeout=0)
+    try:
+        lock.acquire()
+    except Timeout:
+        raise RunFolderBusy(f"{folder} is being written by another tcrag eval process; wait for it to end "
+                            "or give another output folder") from None
+    try:
+        yield
+    finally:
+        lock.release()
+
+
 def run_evaluation(
     records: Sequence[QARecord],
     methods: Mapping[str, Any],
@@ -372,112 +394,81 @@ def run_evaluation(
     One process at a time writes a folder: a second run on a folder another process is writing is
     refused with :class:`RunFolderBusy` (a lock file, released when the writer exits or dies).
     """
-    options = dict(settings=settings, seed=seed, include_context=include_context, language=language, poison=poison,
-                   progress=progress, on_row=on_row, concurrency=concurrency)
-    if out_dir is None:
-        return _evaluate(records, methods, out_dir=None, **options)
-    folder = Path(out_dir)
-    folder.mkdir(parents=True, exist_ok=True)
-    lock = FileLock(str(folder / LOCK_FILE), timeout=0)
-    try:
-        lock.acquire()
-    except Timeout:
-        raise RunFolderBusy(f"{folder} is being written by another tcrag eval process; wait for it to end "
-                            "or give another output folder") from None
-    try:
-        return _evaluate(records, methods, out_dir=folder, **options)
-    finally:
-        lock.release()
+    with _writer_lock(out_dir):
+        if not isinstance(concurrency, int) or isinstance(concurrency, bool) or concurrency < 1:
+            raise ValueError(f"concurrency must be a positive integer, got {concurrency!r}")
+        if poison is not None and concurrency > 1:
+            raise ValueError("the noise attack keeps per-question state: run it with concurrency 1")
+        ids = [r.id for r in records]
+        if len(set(ids)) != len(ids):
+            raise ValueError("record ids must be unique")
+        done: dict[tuple[str, str], dict[str, Any]] = {}
+        results_file: Optional[Path] = None
+        if out_dir is not None:
+            out = Path(out_dir)
+            _check_settings(out, {**(settings or {}), "methods": list(methods), "seed": seed, "ids": ids})
+            results_file = out / RESULTS_FILE
+            by_id = {r.id: r for r in records}
+            for row in read_results(results_file, repair=True):
+                # Scores are derived from the stored answer: recompute them so that a resumed run is
+                # scored by the current metric code, like the rows it adds.
+                if row.get("id") in by_id:
+                    row.update(score_answer(by_id[row["id"]], row.get("answer"), row.get("structured_answer")))
+                done[(row["method"], row["id"])] = row
+        todo = [(r, m) for r in records for m in methods if (m, r.id) not in done]
 
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
-def _evaluate(
-    records: Sequence[QARecord],
-    methods: Mapping[str, Any],
-    *,
-    out_dir: Optional[str | os.PathLike[str]],
-    settings: Optional[Mapping[str, Any]],
-    seed: int,
-    include_context: bool,
-    language: str,
-    poison: Any,
-    progress: bool,
-    on_row: Optional[Callable[[dict[str, Any]], None]],
-    concurrency: int,
-) -> list[dict[str, Any]]:
-    if not isinstance(concurrency, int) or isinstance(concurrency, bool) or concurrency < 1:
-        raise ValueError(f"concurrency must be a positive integer, got {concurrency!r}")
-    if poison is not None and concurrency > 1:
-        raise ValueError("the noise attack keeps per-question state: run it with concurrency 1")
-    ids = [r.id for r in records]
-    if len(set(ids)) != len(ids):
-        raise ValueError("record ids must be unique")
-    done: dict[tuple[str, str], dict[str, Any]] = {}
-    results_file: Optional[Path] = None
-    if out_dir is not None:
-        out = Path(out_dir)
-        _check_settings(out, {**(settings or {}), "methods": list(methods), "seed": seed, "ids": ids})
-        results_file = out / RESULTS_FILE
-        by_id = {r.id: r for r in records}
-        for row in read_results(results_file, repair=True):
-            # Scores are derived from the stored answer: recompute them so that a resumed run is
-            # scored by the current metric code, like the rows it adds.
-            if row.get("id") in by_id:
-                row.update(score_answer(by_id[row["id"]], row.get("answer"), row.get("structured_answer")))
-            done[(row["method"], row["id"])] = row
-    todo = [(r, m) for r in records for m in methods if (m, r.id) not in done]
+        bar = Progress(
+            TextColumn("[bold]{task.description}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TimeElapsedColumn(),
+            TimeRemainingColumn(),
+            disable=not progress,
+            transient=False,
+        )
+        new_rows: dict[tuple[str, str], dict[str, Any]] = {}
+        with bar:
+            task = bar.add_task("evaluating", total=len(records) * len(methods), completed=len(done))
+            handle = results_file.open("a", encoding="utf-8") if results_file is not None else None
 
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+            def run(item: tuple[QARecord, str]) -> dict[str, Any]:
+                record, method = item
+                return _run_one(method, methods[method], record, seed=seed, include_context=include_context,
+                                language=language, poison=poison)
 
-    bar = Progress(
-        TextColumn("[bold]{task.description}"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TimeElapsedColumn(),
-        TimeRemainingColumn(),
-        disable=not progress,
-        transient=False,
-    )
-    new_rows: dict[tuple[str, str], dict[str, Any]] = {}
-    with bar:
-        task = bar.add_task("evaluating", total=len(records) * len(methods), completed=len(done))
-        handle = results_file.open("a", encoding="utf-8") if results_file is not None else None
+            def keep(item: tuple[QARecord, str], row: dict[str, Any]) -> None:
+                record, method = item
+                if handle is not None:
+                    handle.write(json.dumps(row, ensure_ascii=False, default=str) + "\n")
+                    handle.flush()
+                    os.fsync(handle.fileno())
+                new_rows[(method, record.id)] = row
+                if on_row is not None:
+                    on_row(row)
 
-        def run(item: tuple[QARecord, str]) -> dict[str, Any]:
-            record, method = item
-            return _run_one(method, methods[method], record, seed=seed, include_context=include_context,
-                            language=language, poison=poison)
-
-        def keep(item: tuple[QARecord, str], row: dict[str, Any]) -> None:
-            record, method = item
-            if handle is not None:
-                handle.write(json.dumps(row, ensure_ascii=False, default=str) + "\n")
-                handle.flush()
-                os.fsync(handle.fileno())
-            new_rows[(method, record.id)] = row
-            if on_row is not None:
-                on_row(row)
-
-        try:
-            if concurrency == 1:
-                for item in todo:
-                    bar.update(task, description=f"{item[1]} {item[0].id}")
-                    keep(item, run(item))
-                    bar.advance(task)
-            else:
-                from concurrent.futures import ThreadPoolExecutor
-
-                with ThreadPoolExecutor(max_workers=concurrency, thread_name_prefix="tcrag-eval") as pool:
-                    futures = [pool.submit(run, item) for item in todo]
-                    bar.update(task, description=f"{concurrency} runs at a time")
-                    # kept in submission order: the file reads as a run one at a time would write it
-                    for item, future in zip(todo, futures):
-                        keep(item, future.result())
+            try:
+                if concurrency == 1:
+                    for item in todo:
+                        bar.update(task, description=f"{item[1]} {item[0].id}")
+                        keep(item, run(item))
                         bar.advance(task)
-        finally:
-            if handle is not None:
-                handle.close()
-    merged = {**done, **new_rows}
-    return [merged[(m, r.id)] for r in records for m in methods if (m, r.id) in merged]
+                else:
+                    from concurrent.futures import ThreadPoolExecutor
+
+                    with ThreadPoolExecutor(max_workers=concurrency, thread_name_prefix="tcrag-eval") as pool:
+                        futures = [pool.submit(run, item) for item in todo]
+                        bar.update(task, description=f"{concurrency} runs at a time")
+                        # kept in submission order: the file reads as a run one at a time would write it
+                        for item, future in zip(todo, futures):
+                            keep(item, future.result())
+                            bar.advance(task)
+            finally:
+                if handle is not None:
+                    handle.close()
+        merged = {**done, **new_rows}
+        return [merged[(m, r.id)] for r in records for m in methods if (m, r.id) in merged]
 
 
 # --------------------------------------------------------------------------------------------
