@@ -77,10 +77,9 @@ class ReplyCache(BaseCache):
         with self._lock:
             row = self._db.execute("SELECT generations, seconds FROM replies WHERE prompt = ? AND llm = ?",
                                    (prompt, llm_string)).fetchone()
-        if row is None:
-            with self._lock:
+            if row is None:
                 self._started[(prompt, llm_string)] = time.perf_counter()
-            return None
+                return None
         with warnings.catch_warnings():  # langchain_core marks loads as beta; it reads what its dumps wrote
             warnings.simplefilter("ignore", LangChainBetaWarning)
             generations = loads(row[0], allowed_objects=_STORED)  # nothing but what update() wrote

@@ -104,8 +104,7 @@ def make_generator(model: Optional[str], *, base_url: Optional[str] = None, api_
                    threads: Optional[int] = None) -> Any:
     """The chat model ``model`` names (see :func:`~tcrag_langgraph.models.local.resolve_chat_model`),
     every problem a :class:`UserError`; nothing is loaded."""
-    from ..models.llama_cpp import LlamaCppChatModel, require_gpu_offload
-    from ..models.local import DTYPES, LocalChatModel, LocalModelError, device_syntax, resolve_chat_model, validate_device
+    from ..models.local import DTYPES, LocalChatModel, LocalModelError, device_syntax, resolve_chat_model
 
     if dtype is not None and dtype not in DTYPES:
         raise UserError("Invalid option", f"--dtype {dtype!r} is not one of {', '.join(DTYPES)}")
@@ -133,9 +132,8 @@ def make_generator(model: Optional[str], *, base_url: Optional[str] = None, api_
                                                    "variable holding the key.") from None
         raise UserError("Model error", f"{model}: {type(exc).__name__}: {text}") from None
     if device is not None and device != "cpu" and isinstance(chat, LocalChatModel):
-        # Asked of the backend that will run the model: llama.cpp's build, or torch (never torch for llama.cpp).
         try:
-            require_gpu_offload() if isinstance(chat, LlamaCppChatModel) else validate_device(device)
+            chat.check_device()  # asked of the backend that will run it: torch, or the llama.cpp build
         except LocalModelError as exc:
             raise UserError("Invalid option", f"--device: {exc}") from None
     if isinstance(chat, LocalChatModel) and seed is not None:

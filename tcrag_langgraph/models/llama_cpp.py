@@ -49,7 +49,7 @@ from pydantic import Field, PrivateAttr, field_validator
 from .cache_entries import has_record, prune_stale, record_source
 from .kv_cache import CacheStats
 from .llama_cpp_states import BranchStash, PrefixFiles, common_prefix
-from .local import LocalChatModel, LocalModelError, _role, default_model_source, device_syntax
+from .local import LocalChatModel, LocalModelError, _role, default_model_source
 from ..tools.layer.outcome import content_text
 
 __all__ = [
@@ -386,7 +386,7 @@ def _device_layers(device: Optional[str], n_gpu_layers: Optional[int]) -> int:
     """Layers to offload: ``n_gpu_layers`` if given, else all (-1) for a GPU device, none for the CPU."""
     if n_gpu_layers is not None:
         return int(n_gpu_layers)
-    return 0 if device is None or device_syntax(device) == "cpu" else -1
+    return 0 if device is None or device == "cpu" else -1  # the field's validator has normalised it
 
 
 def require_gpu_offload() -> None:
@@ -536,6 +536,12 @@ class LlamaCppChatModel(LocalChatModel):
         """``"llama_cpp"``, or ``"transformers"`` after a fallback (loads the model)."""
         self._ensure_loaded()
         return "transformers" if self._fallback is not None else "llama_cpp"
+
+    def check_device(self) -> None:
+        """LocalModelError unless this llama-cpp-python build can offload what ``device`` /
+        ``n_gpu_layers`` ask for; torch is never asked (nothing is loaded)."""
+        if _device_layers(self.device, self.n_gpu_layers) != 0:
+            require_gpu_offload()
 
     @property
     def fallback(self) -> Optional[LocalChatModel]:

@@ -331,6 +331,10 @@ class LocalChatModel(BaseChatModel):
             params["ls_stop"] = list(stop or self.stop or [])
         return params
 
+    def check_device(self) -> None:
+        """LocalModelError unless this machine's torch has ``device`` (nothing is loaded)."""
+        validate_device(self.device)
+
     @property
     def local_model(self) -> LocalModel:
         """The loaded weights (loaded on first use, shared by every chat model with the same options)."""
