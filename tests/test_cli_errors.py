@@ -123,14 +123,45 @@ def test_version_and_help_in_the_users_words():
 
     result = runner.invoke(app, ["--version"])
     assert result.exit_code == 0 and result.stdout.strip() == f"tcrag {version('tcrag-langgraph')}"
-    import click
     import typer.main
 
+    checked = 0
     for name, command in typer.main.get_command(app).commands.items():
         for param in command.params:
-            if isinstance(param, click.Option) and param.name != "help":
+            # by kind, not class: typer >= 0.2x uses its own copy of click, whose Option is not click.Option
+            if param.param_type_name == "option" and param.name != "help":
+                checked += 1
                 text = param.help or ""
                 assert text, f"tcrag {name} {param.opts[0]} has no help"
                 for internal in ("`", "tcrag_langgraph.", "TCRAGConfig", ":func:", "resolve_sigma"):
                     assert internal not in text, f"tcrag {name} {param.opts[0]}: {text!r}"
         assert "`" not in (command.help or ""), f"tcrag {name}'s description has reST markup"
+    assert checked > 50, checked  # every command's options were read (none would pass vacuously)
+
+
+def test_help_into_a_closed_pipe_ends_quietly():
+    """`tcrag ask --help | head -1`: the reader goes away mid-help. The command ends without a
+    traceback (the one-line error handler once raised AttributeError on every exit it did not expect)."""
+    import subprocess
+    import sys
+
+    child = subprocess.Popen([sys.executable, "-c", "from tcrag_langgraph.faces.cli import app; app()", "ask", "--help"],
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, env={**__import__("os").environ, "COLUMNS": "80"})
+    assert child.stdout.read(1)  # the help has begun
+    child.stdout.close()  # the reader leaves, like `head` after its lines
+    stderr = child.stderr.read().decode()
+    assert child.wait(timeout=60) in (0, 1), stderr
+    assert "Traceback" not in stderr and "AttributeError" not in stderr, stderr
+
+
+def test_an_abort_is_one_word_not_a_traceback(monkeypatch):
+    """typer turns an end of input inside a command into Abort; the handler must name it, not crash."""
+    import typer
+
+    from tcrag_langgraph.faces import cli
+
+    group = typer.main.get_command(cli.app)
+    monkeypatch.setattr(type(group).__mro__[1], "main", lambda *a, **k: (_ for _ in ()).throw(typer.Abort()))
+    with pytest.raises(SystemExit) as exited:
+        group.main(["ask", Q])
+    assert exited.value.code == 1

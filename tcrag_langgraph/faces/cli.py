@@ -32,7 +32,10 @@ class _OneLineErrors(TyperGroup):
     def main(self, args=None, prog_name=None, complete_var=None, standalone_mode=True, **extra):  # type: ignore[override]
         if not standalone_mode:
             return super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
-        from typer._click import exceptions as click_errors
+        try:  # typer >= 0.2x carries its own copy of click; older releases use click itself
+            from typer._click import exceptions as click_errors
+        except ImportError:  # pragma: no cover - depends on the installed typer
+            from click import exceptions as click_errors
 
         try:
             code = super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
@@ -47,7 +50,7 @@ class _OneLineErrors(TyperGroup):
             Console(stderr=True).print(f"[red]{kind}:[/] {escape(one_line(exc.format_message()))} "
                                        f"(see {escape(command)} --help)", highlight=False, soft_wrap=True)
             sys.exit(exc.exit_code)
-        except click_errors.Abort:
+        except typer.Abort:  # public in every typer: the vendored click's has no Abort in `exceptions`
             Console(stderr=True).print("Aborted.")
             sys.exit(1)
         sys.exit(code if isinstance(code, int) else 0)

@@ -40,7 +40,7 @@ class TCRAGConfig(BaseModel):
         default="cppl", description="State value: cppl (conditional perplexity, eq. 2) or uct (uncertainty, eq. 3), "
         "the paper's; cppl_evidence / uct_evidence (the same, given the tool observations too) or answer_prob "
         "(1 - the probability of the chosen answer among the allowed ones; needs an answer_format of choices) "
-        "go beyond it (tcrag_langgraph.monitor.state_values).")
+        "go beyond it (docs/evaluation.md, Calibration).")
     sigma: Optional[Union[Annotated[float, Field(gt=0)], Literal["auto"]]] = Field(
         default=None,
         description="Halting threshold; None = paper default for the metric; 'auto' = the model's stored "
