@@ -7,7 +7,7 @@ import pytest
 
 MODULES = ["machine.transitions", "machine.answer_format", "machine.result", "machine.graph", "machine.config",
            "machine.state", "machine.actions", "machine.run_input", "machine.events", "machine.identity",
-           "machine.kernel", "monitor.calibration", "monitor.state_values", "methods.registry", "methods.baselines",
+           "machine.kernel", "monitor.calibration", "monitor.state_values", "monitor.scoring", "methods.registry", "methods.baselines",
            "methods.adaptive", "methods.fl_rag", "methods.fs_rag", "methods.flare", "methods.dragin", "methods.self_rag",
            "testing",
            "eval.calibration", "eval.significance", "monitor.from_spec", "models.credentials", "faces.run_options",

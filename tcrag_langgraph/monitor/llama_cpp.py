@@ -13,7 +13,7 @@ from typing import Any, Callable, Optional
 from ..models.llama_cpp import (LlamaCppChatModel, LlamaCppModel, _decode, _logits_row, _log_softmax_at, _quiet_native,
                                 default_threads, f16_copy, load_llama_model)
 from ..models.local import LocalModelError
-from .scoring import LocalLMScorer, TokenStat, token_logprobs_to_metric
+from .scoring import LocalLMScorer, TokenStat, scored_sequence, token_logprobs_to_metric
 
 __all__ = ["LlamaCppScorer", "PRECISIONS"]
 
@@ -140,18 +140,8 @@ class LlamaCppScorer:
         """The logit rows predicting each token of ``text`` given ``context`` (one pass), and those tokens."""
         lm = self.local_model
         text_ids = lm.tokenize(text, special=True)
-        if not text_ids:
-            raise ValueError("nothing to score: the text has no tokens")
         ctx_ids = lm.tokenize(context + "\n", special=True) if context else []
-        start_ids = self._start_ids()
-        budget = self.max_tokens - len(start_ids)
-        text_ids = text_ids[: max(1, budget - 1)]
-        ctx_room = budget - len(text_ids)
-        ctx_ids = ctx_ids[-ctx_room:] if ctx_room > 0 else []
-        ids = start_ids + ctx_ids + text_ids
-        first = max(1, len(start_ids) + len(ctx_ids))
-        if first >= len(ids):
-            raise ValueError("nothing to score: the text is a single token with no context")
+        ids, first = scored_sequence(self._start_ids(), ctx_ids, text_ids, self.max_tokens)
         with lm.lock:
             rows = self._logits(lm, ids, first)
         return rows, ids[first:]

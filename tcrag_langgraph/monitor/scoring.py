@@ -42,11 +42,35 @@ __all__ = [
     "LocalLMScorer",
     "Metric",
     "token_logprobs_to_metric",
+    "scored_sequence",
     "scorer_for_model",
     "MonitorUnavailableError",
 ]
 
 Metric = Literal["cppl", "uct"]
+
+
+def scored_sequence(start_ids: list[int], ctx_ids: list[int], text_ids: list[int],
+                    max_tokens: int) -> tuple[list[int], int]:
+    """The token sequence every local scorer passes through its model, and the index of its first
+    scored token: the start token(s), the context (tokenized with a trailing newline so the text
+    starts a fresh line, as in the rendered stack) and the text. Over ``max_tokens`` the text keeps
+    its beginning and the context its end (the part next to the text).
+
+    >>> scored_sequence([0], [5, 6, 7], [8, 9], max_tokens=5)
+    ([0, 6, 7, 8, 9], 3)
+    """
+    if not text_ids:
+        raise ValueError("nothing to score: the text has no tokens")
+    budget = max_tokens - len(start_ids)
+    text_ids = text_ids[: max(1, budget - 1)]
+    ctx_room = budget - len(text_ids)
+    ctx_ids = ctx_ids[-ctx_room:] if ctx_room > 0 else []
+    ids = start_ids + ctx_ids + text_ids
+    first = max(1, len(start_ids) + len(ctx_ids))
+    if first >= len(ids):
+        raise ValueError("nothing to score: the text is a single token with no context")
+    return ids, first
 
 
 class TokenStat(NamedTuple):
@@ -158,19 +182,8 @@ class LocalLMScorer:
         lm = self.local_model
         tok = lm.tokenizer
         text_ids = tok(text, add_special_tokens=False)["input_ids"]
-        if not text_ids:
-            raise ValueError("nothing to score: the text has no tokens")
-        # Context ends with a newline so the text starts a fresh line, as in the rendered stack.
         ctx_ids = tok(context + "\n", add_special_tokens=False)["input_ids"] if context else []
-        start_ids = self._start_ids()
-        budget = self.max_tokens - len(start_ids)
-        text_ids = text_ids[: max(1, budget - 1)]
-        ctx_room = budget - len(text_ids)
-        ctx_ids = ctx_ids[-ctx_room:] if ctx_room > 0 else []
-        ids = start_ids + ctx_ids + text_ids
-        first = max(1, len(start_ids) + len(ctx_ids))
-        if first >= len(ids):
-            raise ValueError("nothing to score: the text is a single token with no context")
+        ids, first = scored_sequence(self._start_ids(), ctx_ids, text_ids, self.max_tokens)
         with lm.lock, torch.no_grad():
             if self.prefix_cache.max_entries > 0:
                 logits = self._logits_with_prefix_cache(ids, first)
