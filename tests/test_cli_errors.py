@@ -88,6 +88,21 @@ def test_serve_refuses_user_errors_in_one_line(empty_cache):
     assert list(empty_cache.iterdir()) == []
 
 
+@pytest.mark.parametrize("command", [["ask", Q], ["serve"]])
+def test_a_script_refuses_model_flags_beside_it_and_a_bad_script_is_named(command, tmp_path, empty_cache):
+    """--scripted replaces the model and its monitor: a model flag next to it would be silently
+    ignored, so both faces refuse it (one rule, faces.run_options.scripted_run)."""
+    script = tmp_path / "script.json"
+    script.write_text('{"replies": ["Conclusion: yes"], "default_score": 1}', encoding="utf-8")
+    env = {"TCRAG_CACHE_DIR": str(empty_cache)}
+    line = _one_line_refusal(runner.invoke(app, [*command, "--scripted", str(script), "--dtype", "float16",
+                                                 "--scorer", str(tmp_path)], env=env), "Invalid option")
+    assert "--dtype, --scorer" in line and "--model" not in line  # the flags given, not a fixed list
+    script.write_text("{not json", encoding="utf-8")
+    _one_line_refusal(runner.invoke(app, [*command, "--scripted", str(script)], env=env), "Invalid script")
+    assert list(empty_cache.iterdir()) == []
+
+
 def test_eval_and_calibrate_refuse_missing_credentials_without_a_traceback(tmp_path):
     data = tmp_path / "q.jsonl"
     data.write_text('{"id": "q0", "question": "Is aspirin an NSAID?", "answer": "yes"}\n')

@@ -366,7 +366,7 @@ def ask(
     from ..machine.result import RunResult
     from ..models.local import LocalChatModel, LocalModelError
     from .run_options import (api_key_from_env, build_for_face, check_method, check_sigma, make_generator,
-                              make_scorer, make_tools, one_line)
+                              make_scorer, make_tools, scripted_run)
 
     err = Console(stderr=True)
     _quiet_library_progress()
@@ -374,15 +374,8 @@ def ask(
     try:
         check_method(method)
         if scripted is not None:
-            if any(v is not None for v in (model, device, dtype, backend, base_url, scorer)):
-                raise UserError("Invalid option", "--scripted replaces the model and its monitor: do not combine it "
-                                                  "with --model, --device, --dtype, --backend, --base-url or --scorer")
-            from ..testing import scripted_components
-
-            try:
-                components = scripted_components(scripted)
-            except (OSError, ValueError) as exc:
-                raise UserError("Invalid script", one_line(exc)) from None
+            components = scripted_run(scripted, model=model, device=device, dtype=dtype, backend=backend,
+                                      base_url=base_url, scorer=scorer)
         try:
             cfg = config_from_flags(config_values, base=components.get("config"))
         except ValidationError as exc:

@@ -15,7 +15,7 @@ from typing import Any, Optional
 __all__ = ["FACE_DEFAULTS", "ES_URL_ENV", "ES_INDEX_ENV", "ES_API_KEY_ENV", "METHOD_ENV", "MODEL_ENV",
            "BASE_URL_ENV", "API_KEY_ENV_ENV", "SCORER_ENV", "SCORER_MODEL_ENV", "SCORER_START_ENV",
            "UserError", "one_line", "api_key_from_env", "make_generator", "make_scorer", "make_tools",
-           "check_sigma", "check_method", "build_for_face", "monitor_refusal"]
+           "check_sigma", "check_method", "build_for_face", "monitor_refusal", "scripted_run"]
 
 #: Where every face differs from TCRAGConfig's (paper) defaults, and why: the paper's 500 new tokens
 #: and 12 steps are for a 32B model. A reply holds one action (generation stops at the next label)
@@ -212,6 +212,22 @@ def check_method(method: str) -> None:
     if method != DEFAULT_METHOD and method not in METHOD_NAMES:
         raise UserError("Invalid option", f"--method {method!r} is not a method; choose from "
                                           f"{', '.join((DEFAULT_METHOD, *METHOD_NAMES))}")
+
+
+def scripted_run(script: str, **model_flags: Any) -> dict[str, Any]:
+    """The components of a ``--scripted`` run (:func:`tcrag_langgraph.testing.scripted_components`).
+    A script replaces the model and its monitor, so a model flag given beside it (``model_flags``:
+    flag name without dashes -> value, ``None`` when not given) is refused rather than ignored."""
+    given = [f"--{name.replace('_', '-')}" for name, value in model_flags.items() if value is not None]
+    if given:
+        raise UserError("Invalid option", "--scripted replaces the model and its monitor: do not combine it "
+                                          f"with {', '.join(given)}")
+    from ..testing import scripted_components
+
+    try:
+        return scripted_components(script)
+    except (OSError, ValueError) as exc:
+        raise UserError("Invalid script", one_line(exc)) from None
 
 
 def build_for_face(method: str, *, model: Any, tools: list[Any], scorer: Any, config: Any,

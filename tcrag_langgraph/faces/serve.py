@@ -536,7 +536,7 @@ def register(app: Any) -> None:
 
         from .cli import _quiet_library_progress
         from .run_options import (FACE_DEFAULTS, api_key_from_env, build_for_face, check_method, check_sigma,
-                                  make_generator, make_scorer, make_tools)
+                                  make_generator, make_scorer, make_tools, scripted_run)
 
         _quiet_library_progress()
         try:
@@ -548,15 +548,8 @@ def register(app: Any) -> None:
             check_method(method)
             components: dict[str, Any] = {}
             if scripted:
-                if any(v is not None for v in (model, device, dtype, base_url, scorer)):
-                    raise UserError("Invalid option", "--scripted replaces the model: do not combine it with --model, "
-                                                      "--device, --dtype, --base-url or --scorer")
-                from ..testing import scripted_components
-
-                try:
-                    components = scripted_components(scripted)
-                except (OSError, ValueError) as exc:
-                    raise UserError("Invalid script", str(exc)) from None
+                components = scripted_run(scripted, model=model, device=device, dtype=dtype, base_url=base_url,
+                                          scorer=scorer)
             try:
                 base = None
                 if components:  # the script's own settings over the faces' bounded budgets
