@@ -191,6 +191,8 @@ def merge_runs(out_dirs: Sequence[str | os.PathLike[str]], *, common: bool = Tru
     for raw in out_dirs:
         folder = Path(raw)
         settings_file = folder / SETTINGS_FILE
+        if not folder.is_dir():
+            raise ValueError(f"{folder}: no such folder")
         if not settings_file.exists():
             raise ValueError(f"{folder} holds no run ({SETTINGS_FILE} missing)")
         settings = json.loads(settings_file.read_text(encoding="utf-8"))

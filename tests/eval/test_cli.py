@@ -255,5 +255,8 @@ def test_summarize_merges_runs_of_the_same_questions_on_the_questions_all_finish
         merge_runs([first, other])
     with pytest.raises(ValueError, match="'base' is in both"):
         merge_runs([first, first])
-    with pytest.raises(ValueError, match="holds no run"):
+    with pytest.raises(ValueError, match="no such folder"):
         merge_runs([tmp_path / "nothing"])
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(ValueError, match="holds no run"):
+        merge_runs([tmp_path / "empty"])
