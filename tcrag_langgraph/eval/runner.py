@@ -672,7 +672,10 @@ def _csv_value(value: Any) -> Any:
 
 
 def _summary_csv(summary: Sequence[Mapping[str, Any]]) -> str:
-    keys = [k for k in summary[0] if k != "halt_reasons"] + ["halt_reasons"] if summary else []
+    # Every row's keys, in first-seen order: a reference method has no test against itself (SR-RAG
+    # has no ``vs_sr_rag``), and a column taken from the first row alone would drop it for all rows.
+    keys = [k for k in dict.fromkeys(k for s in summary for k in s) if k != "halt_reasons"]
+    keys = keys + ["halt_reasons"] if summary else []
     buf = io.StringIO()
     writer = csv.DictWriter(buf, fieldnames=keys, lineterminator="\n")
     writer.writeheader()

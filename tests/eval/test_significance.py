@@ -3,6 +3,8 @@ constructed runs whose values are known."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from tcrag_langgraph.eval.runner import summarize, summary_markdown, table_rows
@@ -74,3 +76,19 @@ def test_every_table_has_intervals_paired_tests_and_the_majority_row():
     assert "EM 95% CI" in header and "vs SR-RAG (+/- McNemar p)" in header and "vs TC-RAG (+/- McNemar p)" in header
     assert "| TC-RAG-cppl | 20 | 55.00 | " in md and "+0/-5 p=0.0625" in md and "| Majority answer (yes) | 20 | 75.00 |" in md
     assert "yes:14 no:6" in md
+
+
+def test_the_csv_keeps_the_paired_tests_when_a_reference_method_comes_first(tmp_path):
+    """SR-RAG listed first has no test against itself; the CSV's columns must still hold the others'."""
+    import csv
+
+    from tcrag_langgraph.eval.runner import write_summary
+
+    sr = ["yes"] * 15 + ["no", "yes", "yes", "yes", "yes"]
+    tc = ["yes"] * 10 + ["no"] * 5 + ["no", "yes", "yes", "yes", "yes"]
+    rows = yesno_rows("sr-rag", sr, GOLD) + yesno_rows("tcrag-cppl", tc, GOLD)
+    paths = write_summary(summarize(table_rows(rows)), tmp_path)
+    table = {r["method"]: r for r in csv.DictReader(paths["csv"].open())}
+    assert json.loads(table["tcrag-cppl"]["vs_sr_rag"])["only_second"] == 5
+    assert table["sr-rag"]["vs_sr_rag"] == "" and json.loads(table["sr-rag"]["vs_tcrag"])["only_first"] == 5
+    assert list(table["sr-rag"])[-1] == "halt_reasons"
