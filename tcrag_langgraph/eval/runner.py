@@ -396,14 +396,15 @@ def run_evaluation(
     One process at a time writes a folder: a second run on a folder another process is writing is
     refused with :class:`RunFolderBusy` (a lock file, released when the writer exits or dies).
     """
+    # Bad arguments are refused before the lock, which creates the folder.
+    if not isinstance(concurrency, int) or isinstance(concurrency, bool) or concurrency < 1:
+        raise ValueError(f"concurrency must be a positive integer, got {concurrency!r}")
+    if poison is not None and concurrency > 1:
+        raise ValueError("the noise attack keeps per-question state: run it with concurrency 1")
+    ids = [r.id for r in records]
+    if len(set(ids)) != len(ids):
+        raise ValueError("record ids must be unique")
     with _writer_lock(out_dir):
-        if not isinstance(concurrency, int) or isinstance(concurrency, bool) or concurrency < 1:
-            raise ValueError(f"concurrency must be a positive integer, got {concurrency!r}")
-        if poison is not None and concurrency > 1:
-            raise ValueError("the noise attack keeps per-question state: run it with concurrency 1")
-        ids = [r.id for r in records]
-        if len(set(ids)) != len(ids):
-            raise ValueError("record ids must be unique")
         done: dict[tuple[str, str], dict[str, Any]] = {}
         results_file: Optional[Path] = None
         if out_dir is not None:

@@ -243,3 +243,15 @@ def test_a_folder_another_process_is_writing_is_refused_until_that_process_ends(
         holder.wait()
     rows = run_evaluation(records, graphs, out_dir=out, progress=False)
     assert [r["answer"] for r in rows] == ["yes"] and len(read_results(out / "results.jsonl")) == 1
+
+
+@pytest.mark.parametrize("records,options,message", [
+    (RECS, {"concurrency": 0}, "concurrency must be a positive integer"),
+    (RECS, {"concurrency": 2, "poison": object()}, "noise attack"),
+    ([RECS[0], RECS[0]], {}, "record ids must be unique"),
+])
+def test_bad_arguments_are_refused_before_the_run_folder_is_made(records, options, message, tmp_path):
+    out = tmp_path / "run"
+    with pytest.raises(ValueError, match=message):
+        run_evaluation(records, _methods(["Yes."]), out_dir=out, progress=False, **options)
+    assert not out.exists()
