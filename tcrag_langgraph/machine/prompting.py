@@ -28,10 +28,22 @@ def system_prompt(tools: Sequence[BaseTool], allowed_actions: Sequence[str], *, 
     else:
         descriptions = "(no tools in this run: answer from your own knowledge)" if language == "en" else "（本次没有可用工具：请根据自己的知识回答）"
     lines = json.loads(load_prompt_file(f"actions_{language}.json"))
-    action_lines = "\n".join(Template(lines[a]).safe_substitute(tool_names=names) for a in allowed_actions)
+    # Every action the prompt names must be one the run offers: a closed-book prompt that listed
+    # Tool_Use ("... Tool_Use, Summary and Backtrack may repeat") drew Tool_Use replies from the
+    # 1.5B in 111 of 362 ReAct turns on MedMCQA, each a format error and a re-prompt.
+    line_of = dict(lines, Thought=lines["Thought"] if tools else lines["Thought_without_tools"])
+    action_lines = "\n".join(Template(line_of[a]).safe_substitute(tool_names=names) for a in allowed_actions)
+    repeatable = [a for a in allowed_actions if a != "Conclusion"]
+    repeat_line = Template(lines["repeat_line"]).safe_substitute(names=_join(repeatable, language)) if repeatable else ""
     return Template(load_prompt_file(f"tcrag_{language}.txt")).safe_substitute(
-        tool_descriptions=descriptions, action_lines=action_lines
+        tool_descriptions=descriptions, action_lines=action_lines, repeat_line=repeat_line
     )
+
+
+def _join(words: Sequence[str], language: str) -> str:
+    """``A, B and C`` (``A、B 和 C`` in Chinese)."""
+    comma, last = (", ", " and ") if language == "en" else ("、", " 和 ")
+    return words[0] if len(words) == 1 else comma.join(words[:-1]) + last + words[-1]
 
 
 def rejected_note(event: Any, ways: Sequence[str], tool_names: Sequence[str] = ()) -> str:
