@@ -44,7 +44,12 @@ def test_wheel_carries_tools_prompts_and_data(tmp_path):
     subprocess.run([sys.executable, "-m", "pip", "install", "--no-deps", "-q", "--target", str(target), str(wheel)],
                    check=True)
     code = ("import tcrag_langgraph.tools.base as b, tcrag_langgraph.machine.prompting as p; "
-            "print(b.__file__); print(len(p.load_prompt_file('actions_en.json')))")
+            "from tcrag_langgraph.eval.provenance import code_version; "
+            "print(b.__file__); print(code_version()); print(len(p.load_prompt_file('actions_en.json')))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=tmp_path,
                          env={"PYTHONPATH": str(target), "PATH": "/usr/bin:/bin"})
     assert str(target) in out.stdout and int(out.stdout.split()[-1]) > 100
+    # a run's rows say which code made them: the same files give the same version in either install
+    from tcrag_langgraph.eval.provenance import code_version
+
+    assert out.stdout.split()[-2] == code_version()

@@ -330,6 +330,51 @@ def _key(name: Optional[str]) -> Optional[str]:
         raise typer.BadParameter(str(exc), param_hint="--api-key-env") from None
 
 
+def _records_of_run(folder: Path) -> Optional[list[Any]]:
+    """The questions a run folder was made from, loaded again from the settings in its run.json
+    (None, with a line saying why, when the dataset cannot be loaded here)."""
+    from .datasets import DatasetError, load_dataset
+    from .runner import SETTINGS_FILE
+
+    settings = json.loads((folder / SETTINGS_FILE).read_text(encoding="utf-8"))
+    options: dict[str, Any] = {k: settings[k] for k in ("fields", "task", "answer_index_base") if settings.get(k) is not None}
+    try:
+        return load_dataset(settings["dataset"], split=settings.get("split"), with_context=bool(settings.get("context")),
+                            answer_format="long" if settings.get("long_answers") else "label", **options)
+    except (DatasetError, KeyError, OSError) as exc:
+        typer.echo(f"(rejections not counted: the run's dataset cannot be loaded here: {exc})", err=True)
+        return None
+
+
+def _report_rejections(rows: list[dict[str, Any]], records: Optional[list[Any]], out: Optional[Path],
+                       labels: dict[str, str]) -> None:
+    """What the state monitor's rejections changed (eval.rejections), printed and, with ``out``,
+    written to rejections.md; nothing when no method rejected anything."""
+    from .rejections import rejection_effects, rejections_markdown
+
+    if records is None:
+        return
+    table = rejections_markdown(rejection_effects(rows, records), labels)
+    if table:
+        heading = "State-monitor rejections: the first rejected Conclusion against the final answer"
+        typer.echo(f"{heading}\n\n{table}")
+        if out is not None:
+            out.mkdir(parents=True, exist_ok=True)
+            (out / "rejections.md").write_text(f"{heading}\n\n{table}", encoding="utf-8")
+
+
+def _warn_mixed_code(rows: list[dict[str, Any]]) -> None:
+    """Say so when one method's rows came from different code (a run resumed after an edit)."""
+    from .provenance import mixed_code_versions
+
+    mixed = mixed_code_versions(rows)
+    if mixed:
+        shown = "; ".join(f"{m}: " + ", ".join(f"{n} rows by {v}" for v, n in counts.items())
+                          for m, counts in mixed.items())
+        typer.echo(f"warning: rows made by different versions of the code or prompts ({shown}); "
+                   "rerun into a new --out folder for a table made by one", err=True)
+
+
 def _served_settings(base_url: Optional[str], scorer_model: Optional[str], es_url: Optional[str],
                      es_index: Optional[str]) -> dict[str, Any]:
     """The served-model and Elasticsearch choices a run records (only those made, so runs from before
@@ -461,6 +506,8 @@ def register(app: typer.Typer) -> None:
             settings["method_options"] = own_options
         if reply_cache:  # likewise; a run folder keeps one choice
             settings["reply_cache"] = True
+        if answer_index_base is not None:  # likewise; summarize reloads the questions with it
+            settings["answer_index_base"] = answer_index_base
         try:
             rows = run_evaluation(records, graphs, out_dir=out, settings=settings, seed=seed, include_context=context,
                                   poison=controller, progress=progress, concurrency=concurrency)
@@ -469,6 +516,8 @@ def register(app: typer.Typer) -> None:
         summary = summarize(table_rows(rows), labels={n: METHODS[n].label for n in names})
         paths = write_summary(summary, out)
         typer.echo(summary_markdown(summary))
+        _report_rejections(rows, records, out, labels={n: METHODS[n].label for n in names})
+        _warn_mixed_code(rows)
         console.print(f"results: {out / 'results.jsonl'}; summary: {paths['markdown']}, {paths['csv']}"
                       + (f"; plot: {paths['plot']}" if "plot" in paths else ""))
 
@@ -492,6 +541,8 @@ def register(app: typer.Typer) -> None:
         summary = summarize(table_rows(rows), labels=labels)
         typer.echo(f"{len({r['id'] for r in rows})} questions, {len({r['method'] for r in rows})} methods")
         typer.echo(summary_markdown(summary))
+        _report_rejections(rows, _records_of_run(runs[0]), out, labels=labels)
+        _warn_mixed_code(rows)
         if out is not None:
             paths = write_summary(summary, out)
             console.print(f"summary: {paths['markdown']}, {paths['csv']}")

@@ -19,11 +19,11 @@ Example:
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any, Iterable, Mapping, Optional, Sequence
 
 from .datasets import QARecord
 
-__all__ = ["RejectionEffect", "rejection_effects"]
+__all__ = ["RejectionEffect", "rejection_effects", "rejections_markdown"]
 
 
 @dataclass
@@ -71,3 +71,16 @@ def rejection_effects(rows: Iterable[Mapping[str, Any]], records: Sequence[QARec
             effect.wrong_to_right += (not first["correct"]) and final_right
             effect.right_to_wrong += bool(first["correct"]) and not final_right
     return out
+
+
+def rejections_markdown(effects: Mapping[str, RejectionEffect], labels: Optional[Mapping[str, str]] = None) -> str:
+    """The methods whose monitor rejected something, as a Markdown table ("" when none did)."""
+    shown = {m: e for m, e in effects.items() if e.rejected}
+    if not shown:
+        return ""
+    lines = ["| Method | Questions | With a rejection | Answer changed | Wrong to right | Right to wrong "
+             "| Right after a rejection | First rejected was right |", "|" + "---|" * 8]
+    for method, e in shown.items():
+        lines.append(f"| {(labels or {}).get(method, method)} | {e.questions} | {e.rejected} | {e.changed} "
+                     f"| {e.wrong_to_right} | {e.right_to_wrong} | {e.right_after_rejection} | {e.rejected_was_right} |")
+    return "\n".join(lines) + "\n"

@@ -6,7 +6,8 @@ dropped). ``run.json`` keeps the settings; resuming with different settings is r
 than mixing two experiments in one table. Stored rows are re-scored from their answers when a run
 resumes, so every row is scored by the same metric code. Each (seed, method, question) pair seeds Python's,
 NumPy's and (when loaded) torch's RNG, so a resumed run gives the same rows as an uninterrupted
-one.
+one. Each row records ``code_version`` (:mod:`.provenance`): a resumed run that spans an edit of
+the code or the prompts shows a "Code Versions" column in its table instead of mixing them silently.
 
 Example:
     >>> from langchain_core.language_models.fake_chat_models import FakeListChatModel
@@ -43,6 +44,7 @@ from filelock import FileLock, Timeout
 from ..machine.result import RunResult
 from .datasets import QARecord, answer_format_for, format_question, structured_letters
 from .efficiency import COST_FIELDS, UsageMeter, mean_costs, question_cost
+from .provenance import code_version
 from .significance import MAJORITY, PairedTest, accuracy_ci, answer_counts, majority_rows, mcnemar
 from .metrics import bleu, extract_choice_letters, extract_yes_no_maybe, rouge_l_recall, squad_exact_match, token_f1
 
@@ -339,6 +341,8 @@ def _run_one(
         "rejected": [e.content for e in result.trace if e.action == "Conclusion" and e.op == "reject"],
         "repeated_refused_calls": result.repeated_tool_calls,
         **cost.to_dict(),
+        # which code and prompts made the row (a resumed run may span an edit: eval.provenance)
+        "code_version": code_version(),
     }
     if poison is not None:
         row["poisoned"] = bool(poison.poisoned)
@@ -567,6 +571,7 @@ def summarize(rows: Sequence[Mapping[str, Any]], *, labels: Optional[Mapping[str
         for r in mine:
             halts[str(r.get("halt_reason"))] = halts.get(str(r.get("halt_reason")), 0) + 1
         summary["halt_reasons"] = halts
+        summary["code_versions"] = len({r["code_version"] for r in mine if r.get("code_version")})
         out.append(summary)
     return out
 
@@ -652,6 +657,8 @@ def _columns(summary: Sequence[Mapping[str, Any]]) -> list[tuple[str, Callable[[
     if any("poisoned_rate" in s for s in summary):
         cols.append(("Attacked (%)", lambda s: _pct(s.get("poisoned_rate"))))
     cols.append(("Errors", lambda s: str(s["errors"])))
+    if any(s.get("code_versions", 0) > 1 for s in summary):  # rows of one method made by different code
+        cols.append(("Code Versions", lambda s: str(s.get("code_versions", 0))))
     return cols
 
 

@@ -260,3 +260,27 @@ def test_summarize_merges_runs_of_the_same_questions_on_the_questions_all_finish
     (tmp_path / "empty").mkdir()
     with pytest.raises(ValueError, match="holds no run"):
         merge_runs([tmp_path / "empty"])
+
+
+def test_summarize_counts_what_the_monitors_rejections_changed(app, data, tmp_path):
+    """The questions are reloaded from run.json to read each first rejected Conclusion as a label."""
+    run = tmp_path / "run"
+    args = ["eval", "--dataset", str(data), "--method", "base", "--model", f"{H}:always_yes_model",
+            "--out", str(run), "--no-progress", "--limit", "4", "--seed", "1"]
+    first = CliRunner().invoke(app, args)
+    assert first.exit_code == 0 and "State-monitor rejections" not in first.output
+    rows = [json.loads(line) for line in (run / "results.jsonl").read_text().splitlines()]
+    yes_q = next(r for r in rows if r["gold"] == ["yes"])
+    no_q = next(r for r in rows if r["gold"] == ["no"])
+    yes_q["rejected"] = ["No, it is not."]  # rejected wrong, final "yes" right: wrong to right
+    no_q["rejected"] = ["Yes."]  # the final answer is the rejected one: no change
+    (run / "results.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    table = CliRunner().invoke(app, ["summarize", str(run), "--out", str(tmp_path / "s")])
+    assert table.exit_code == 0, table.output
+    assert "| Base | 4 | 2 | 1 | 1 | 0 | 1 | 0 |" in table.output
+    assert "| Base | 4 | 2 | 1 | 1 | 0 | 1 | 0 |" in (tmp_path / "s" / "rejections.md").read_text()
+    # the dataset gone: the accuracy table still comes, with a line saying why the counts do not
+    data.unlink()
+    gone = CliRunner().invoke(app, ["summarize", str(run)])
+    assert gone.exit_code == 0 and "| Base | 4 |" in gone.output
+    assert "rejections not counted" in gone.output and "State-monitor rejections" not in gone.output
