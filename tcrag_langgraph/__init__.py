@@ -28,12 +28,12 @@ _EXPORTS: dict[str, str] = {
     "TraceEvent": ".machine.state",
     "StateScorer": ".monitor.scoring",
     "LocalLMScorer": ".monitor.scoring",
-    "scorer_for_model": ".monitor.scoring",
+    "scorer_for_model": ".monitor.own_model",
     "MonitorUnavailableError": ".monitor.scoring",
     "CompletionsLogprobScorer": ".monitor.served",
     "LocalChatModel": ".models.local",
     "load_local_model": ".models.local",
-    "resolve_chat_model": ".models.local",
+    "resolve_chat_model": ".models.resolve",
     "resolve_sigma": ".monitor.calibration",
     "RunResult": ".machine.result",
     "HaltReason": ".machine.transitions",
@@ -70,10 +70,12 @@ if TYPE_CHECKING:  # static type checkers and IDEs see the real names
     from .faces.agent_tool import agent_as_tool
     from .faces.integration import as_chat_runnable, checkpoint_serde, tcrag_events
     from .monitor.calibration import resolve_sigma
-    from .models.local import LocalChatModel, load_local_model, resolve_chat_model
+    from .models.local import LocalChatModel, load_local_model
+    from .models.resolve import resolve_chat_model
     from .monitor.served import CompletionsLogprobScorer
     from .machine.result import RunResult
-    from .monitor.scoring import LocalLMScorer, MonitorUnavailableError, StateScorer, scorer_for_model
+    from .monitor.scoring import LocalLMScorer, MonitorUnavailableError, StateScorer
+    from .monitor.own_model import scorer_for_model
     from .machine.transitions import HaltReason
     from .machine.state import Action, Frame, TCRAGState, ToolCallRecord, TraceEvent
     from .tools.identity import CallerContext

@@ -27,11 +27,12 @@ from tcrag_langgraph.models.local import (
     LocalChatModel,
     LocalModelError,
     default_model_source,
-    resolve_chat_model,
     takes_generation_settings,
 )
+from tcrag_langgraph.models.resolve import resolve_chat_model
 from tcrag_langgraph.monitor.llama_cpp import LlamaCppScorer
-from tcrag_langgraph.monitor.scoring import LocalLMScorer, scorer_for_model
+from tcrag_langgraph.monitor.scoring import LocalLMScorer
+from tcrag_langgraph.monitor.own_model import scorer_for_model
 
 STOPS = ["\nObservation:", "\nThought:", "\nConclusion:"]
 
@@ -354,8 +355,8 @@ def test_a_gguf_llama_cpp_cannot_run_falls_back_to_transformers_with_one_line(tm
     check_gguf_file(path)  # well-formed: not a damaged file
     script = (
         "import json\n"
-        "from tcrag_langgraph.models.local import resolve_chat_model\n"
-        "from tcrag_langgraph.monitor.scoring import scorer_for_model\n"
+        "from tcrag_langgraph.models.resolve import resolve_chat_model\n"
+        "from tcrag_langgraph.monitor.own_model import scorer_for_model\n"
         f"chat = resolve_chat_model({str(path)!r}, max_new_tokens=5, temperature=0.0)\n"
         "reply = chat.invoke('Say hi')\n"
         "s = scorer_for_model(chat).score('What treats scurvy?', 'Vitamin C.', metric='cppl')\n"

@@ -22,9 +22,9 @@ from tcrag_langgraph.models.local import (
     LocalModelError,
     default_model_source,
     load_local_model,
-    resolve_chat_model,
     validate_device,
 )
+from tcrag_langgraph.models.resolve import resolve_chat_model
 from tcrag_langgraph.monitor.scoring import LocalLMScorer
 
 from .helpers_servers import uvicorn_thread

@@ -94,7 +94,7 @@ def test_empty_text_is_a_clear_error(scorer):
 
 def test_local_chat_model_gets_a_lazy_scorer_over_its_own_weights(lm):
     from tcrag_langgraph.models.local import LocalChatModel
-    from tcrag_langgraph.monitor.scoring import scorer_for_model
+    from tcrag_langgraph.monitor.own_model import scorer_for_model
 
     chat = LocalChatModel(max_new_tokens=4)
     monitor = scorer_for_model(chat)
@@ -107,7 +107,7 @@ def test_chat_huggingface_over_a_pipeline_is_scored_by_its_own_model(lm):
     from langchain_huggingface import ChatHuggingFace, HuggingFacePipeline
     from transformers import pipeline
 
-    from tcrag_langgraph.monitor.scoring import scorer_for_model
+    from tcrag_langgraph.monitor.own_model import scorer_for_model
 
     pipe = pipeline("text-generation", model=lm.model, tokenizer=lm.tokenizer, max_new_tokens=4)
     llm = HuggingFacePipeline(pipeline=pipe)
@@ -127,7 +127,7 @@ def test_a_pipeline_over_other_weights_is_not_scored_by_the_packaged_model(lm):
     from langchain_huggingface import HuggingFacePipeline
     from transformers import pipeline
 
-    from tcrag_langgraph.monitor.scoring import scorer_for_model
+    from tcrag_langgraph.monitor.own_model import scorer_for_model
 
     other = copy.deepcopy(lm.model)
     with torch.no_grad():
@@ -140,7 +140,8 @@ def test_a_pipeline_over_other_weights_is_not_scored_by_the_packaged_model(lm):
 def test_an_unknown_chat_model_is_refused_with_the_options():
     from langchain_core.language_models.fake_chat_models import FakeListChatModel
 
-    from tcrag_langgraph.monitor.scoring import MonitorUnavailableError, scorer_for_model
+    from tcrag_langgraph.monitor.scoring import MonitorUnavailableError
+    from tcrag_langgraph.monitor.own_model import scorer_for_model
 
     with pytest.raises(MonitorUnavailableError) as info:
         scorer_for_model(FakeListChatModel(responses=["x"]))
@@ -154,7 +155,8 @@ def test_served_chat_models_are_not_scored_implicitly():
     pytest.importorskip("langchain_openai")
     from langchain_openai import ChatOpenAI
 
-    from tcrag_langgraph.monitor.scoring import MonitorUnavailableError, scorer_for_model
+    from tcrag_langgraph.monitor.scoring import MonitorUnavailableError
+    from tcrag_langgraph.monitor.own_model import scorer_for_model
 
     with pytest.raises(MonitorUnavailableError, match="ChatOpenAI"):
         scorer_for_model(ChatOpenAI(model="m", base_url="http://127.0.0.1:9/v1", api_key="sk-x"))

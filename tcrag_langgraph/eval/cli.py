@@ -79,7 +79,7 @@ def resolve_model(spec: str, *, max_new_tokens: int, temperature: float, base_ur
     """The chat model ``--model`` names, with these generation settings.
 
     ``local`` (the packaged SmolLM2-135M-Instruct), a transformers folder, a ``.gguf`` file, a
-    LangChain ``"provider:model"`` name (all through :func:`tcrag_langgraph.models.local.resolve_chat_model`),
+    LangChain ``"provider:model"`` name (all through :func:`tcrag_langgraph.models.resolve.resolve_chat_model`),
     or ``module:callable`` returning a chat model. A ``name:value`` is a factory when ``name`` is an
     importable module with a callable ``value``; otherwise it is a provider name.
 
@@ -87,7 +87,7 @@ def resolve_model(spec: str, *, max_new_tokens: int, temperature: float, base_ur
         >>> resolve_model("local", max_new_tokens=64, temperature=0.0).max_new_tokens
         64
     """
-    from ..models.local import resolve_chat_model
+    from ..models.resolve import resolve_chat_model
 
     if spec == "local":
         if base_url or api_key:
@@ -173,7 +173,7 @@ def resolve_tools(spec: str, *, exclude_ids: Optional[list[str]] = None, es_url:
 def resolve_scorer(spec: str, model: Any, *, served_model: Optional[str] = None, api_key: Optional[str] = None,
                    start_text: str = "") -> Any:
     """``local`` (state values from the generator's own weights, see
-    :func:`~tcrag_langgraph.monitor.scoring.scorer_for_model`; a generator without a trusted log-prob source
+    :func:`~tcrag_langgraph.monitor.own_model.scorer_for_model`; a generator without a trusted log-prob source
     is refused rather than scored by another model), the address of a completions server that echoes
     prompt log-probs, a local model folder / ``.gguf`` (:func:`~tcrag_langgraph.monitor.from_spec.scorer_from_spec`),
     or ``module:callable``."""
@@ -186,7 +186,8 @@ def resolve_scorer(spec: str, model: Any, *, served_model: Optional[str] = None,
         except ValueError as exc:
             raise typer.BadParameter(f"{exc} (or module:callable returning a scorer)", param_hint="--scorer") from None
     if spec == "local":
-        from ..monitor.scoring import MonitorUnavailableError, scorer_for_model
+        from ..monitor.scoring import MonitorUnavailableError
+        from ..monitor.own_model import scorer_for_model
 
         try:
             return scorer_for_model(model)

@@ -185,10 +185,9 @@ _STYLE = {"push": "green", "pop": "yellow", "pop+push": "cyan", "reject": "magen
 def _default_tools(enabled: bool) -> list[Any]:
     if not enabled:
         return []
-    from .. import tools as tools_pkg
+    from ..tools import default_tools
 
-    factory = getattr(tools_pkg, "default_tools", None)
-    return list(factory()) if factory is not None else []
+    return list(default_tools())
 
 
 def _render_event(console: Console, event: dict[str, Any]) -> None:

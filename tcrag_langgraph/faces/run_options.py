@@ -93,7 +93,7 @@ def api_key_from_env(name: Optional[str], *, flag: str = "--api-key-env") -> Opt
 def _is_provider_name(model: Optional[str]) -> bool:
     if model is None:
         return False
-    from ..models.local import _looks_like_path
+    from ..models.resolve import _looks_like_path
 
     return ":" in model and not _looks_like_path(model)
 
@@ -102,9 +102,10 @@ def make_generator(model: Optional[str], *, base_url: Optional[str] = None, api_
                    device: Optional[str] = None, dtype: Optional[str] = None, max_new_tokens: Optional[int] = None,
                    temperature: Optional[float] = None, seed: Optional[int] = None, backend: Optional[str] = None,
                    threads: Optional[int] = None) -> Any:
-    """The chat model ``model`` names (see :func:`~tcrag_langgraph.models.local.resolve_chat_model`),
+    """The chat model ``model`` names (see :func:`~tcrag_langgraph.models.resolve.resolve_chat_model`),
     every problem a :class:`UserError`; nothing is loaded."""
-    from ..models.local import DTYPES, LocalChatModel, LocalModelError, device_syntax, resolve_chat_model
+    from ..models.local import DTYPES, LocalChatModel, LocalModelError, device_syntax
+    from ..models.resolve import resolve_chat_model
 
     if dtype is not None and dtype not in DTYPES:
         raise UserError("Invalid option", f"--dtype {dtype!r} is not one of {', '.join(DTYPES)}")

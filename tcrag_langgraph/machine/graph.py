@@ -382,10 +382,10 @@ def build_graph(
         model: any LangChain chat model; a path to a transformers folder or a ``.gguf`` file (a local
             model, converted once and cached); a ``"provider:model"`` name for LangChain's
             ``init_chat_model`` (e.g. ``"openai:NAME"`` for a vLLM server); ``None`` uses the
-            packaged SmolLM2-135M-Instruct. See :func:`tcrag_langgraph.models.local.resolve_chat_model`.
+            packaged SmolLM2-135M-Instruct. See :func:`tcrag_langgraph.models.resolve.resolve_chat_model`.
         tools: LangChain tools the agent may call (names must be unique); none by default.
         scorer: the state monitor (``score(query, text, *, metric) -> float``). ``None`` scores with
-            the generator's own weights (:func:`tcrag_langgraph.monitor.scoring.scorer_for_model`: local and
+            the generator's own weights (:func:`tcrag_langgraph.monitor.own_model.scorer_for_model`: local and
             langchain-huggingface models); for any other model it raises
             :class:`~tcrag_langgraph.monitor.scoring.MonitorUnavailableError` naming the options (pass a
             scorer, or ``TCRAGConfig(enable_state_monitor=False)``).

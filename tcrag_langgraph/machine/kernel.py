@@ -44,8 +44,10 @@ from langgraph.runtime import Runtime
 from langgraph.types import Command
 from pydantic import BaseModel, ConfigDict
 
-from ..models.local import cut_at_stop, resolve_chat_model, takes_generation_settings
-from ..monitor.scoring import MonitorUnavailableError, TokenStat, scorer_for_model
+from ..models.local import cut_at_stop, takes_generation_settings
+from ..models.resolve import resolve_chat_model
+from ..monitor.scoring import MonitorUnavailableError, TokenStat
+from ..monitor.own_model import scorer_for_model
 from ..monitor.state_values import measure, scorer_score
 from ..tools.layer import invoke_tool, is_tool_error
 from ..tools.layer.outcome import content_text
@@ -443,7 +445,7 @@ def build_arguments(
 
 def default_scorer(model: BaseChatModel, scorer: Any, *, needed: bool, why: str = "") -> Any:
     """``scorer``, or when none is given and the method needs one, the generator's own weights
-    (:func:`~tcrag_langgraph.monitor.scoring.scorer_for_model`): never silently another model. A model
+    (:func:`~tcrag_langgraph.monitor.own_model.scorer_for_model`): never silently another model. A model
     without trusted log-probs raises :class:`MonitorUnavailableError` (``why`` says what to do instead)."""
     if scorer is not None or not needed:
         return scorer

@@ -1,7 +1,7 @@
 """The state monitor a user names on a command line or in a setting (``--scorer SPEC``).
 
 * ``None`` or ``"local"``: no scorer here, so the builder scores with the generator's own weights
-  (:func:`~tcrag_langgraph.monitor.scoring.scorer_for_model`) and refuses a generator without any;
+  (:func:`~tcrag_langgraph.monitor.own_model.scorer_for_model`) and refuses a generator without any;
 * ``"http://..."`` / ``"https://..."``: the API root of an OpenAI-compatible completions server that
   echoes prompt log-probs (vLLM, SGLang): :class:`~tcrag_langgraph.monitor.served.CompletionsLogprobScorer`
   for ``served_model`` (default: the generator's own model name, the usual case of one server for both);

@@ -16,8 +16,9 @@ Logits the generator computed while writing the frame are *not* reused: they are
 the whole prompt (system prompt, demonstrations, stack), whereas eq. 2 conditions on the
 User_Query alone, so they are a different quantity.
 
-Which scorer for which generator: :func:`scorer_for_model` (the generator's own weights, or a
-:class:`MonitorUnavailableError` naming the options; never a different model silently). A served
+Which scorer for which generator: :func:`~tcrag_langgraph.monitor.own_model.scorer_for_model` (the
+generator's own weights, or a :class:`MonitorUnavailableError` naming the options; never a different
+model silently). A served
 model is scored only when asked for explicitly, with
 :class:`~tcrag_langgraph.monitor.served.CompletionsLogprobScorer` (also importable from here).
 
@@ -33,7 +34,7 @@ import threading
 from typing import Any, Callable, Literal, NamedTuple, Optional, Protocol, runtime_checkable
 
 from ..models.kv_cache import PrefixStateCache, cache_keyword, crop_cache
-from ..models.local import LocalChatModel, LocalModel, load_local_model
+from ..models.local import LocalModel, load_local_model
 from .state_values import token_logprobs_to_metric
 
 __all__ = [
@@ -43,7 +44,6 @@ __all__ = [
     "Metric",
     "token_logprobs_to_metric",
     "scored_sequence",
-    "scorer_for_model",
     "MonitorUnavailableError",
 ]
 
@@ -97,7 +97,7 @@ class LocalLMScorer:
             generator to save memory); ``None`` loads the default lazily on first use.
         model_path: a transformers model folder or ``.gguf`` file instead of the packaged model.
         device, dtype: how to load ``model_path`` / the default (see ``load_local_model``).
-        model_loader: called once, on first use, to get the model (how :func:`scorer_for_model`
+        model_loader: called once, on first use, to get the model (how :func:`~tcrag_langgraph.monitor.own_model.scorer_for_model`
             shares a chat model's weights without loading them at graph build time).
         uct_given_query: condition uct on the User_Query (the paper does not).
         max_tokens: context cap; longer inputs keep the end of the query and the start of the text.
@@ -232,62 +232,4 @@ class LocalLMScorer:
 
 class MonitorUnavailableError(ValueError):
     """No log-prob source for the generator's own model, and no scorer was given."""
-
-
-def _hf_pipeline_of(model: Any) -> Any:
-    """The ``transformers`` pipeline behind a langchain-huggingface ``HuggingFacePipeline`` or a
-    ``ChatHuggingFace`` over one; ``None`` for anything else (or without langchain-huggingface)."""
-    try:
-        from langchain_huggingface import ChatHuggingFace, HuggingFacePipeline
-    except ImportError:  # pragma: no cover - langchain-huggingface is a dependency
-        return None
-    llm = model.llm if isinstance(model, ChatHuggingFace) else model
-    if isinstance(llm, HuggingFacePipeline) and getattr(llm, "pipeline", None) is not None:
-        return llm.pipeline
-    return None
-
-
-def scorer_for_model(model: Any, **scorer_options: Any) -> StateScorer:
-    """The state monitor for a generator: a scorer over the generator's OWN weights.
-
-    * :class:`~tcrag_langgraph.models.llama_cpp.LlamaCppChatModel` (a GGUF run by llama.cpp):
-      :class:`~tcrag_langgraph.monitor.llama_cpp.LlamaCppScorer` over the same loaded weights
-      (llama.cpp's own logits; the transformers scorer if the model fell back to transformers);
-    * :class:`~tcrag_langgraph.models.local.LocalChatModel`: :class:`LocalLMScorer` over its local model,
-      loaded lazily on the first score (building a graph loads nothing);
-    * langchain-huggingface ``HuggingFacePipeline``, or ``ChatHuggingFace`` over one:
-      :class:`LocalLMScorer` over the pipeline's own ``model`` and ``tokenizer`` (same objects);
-    * anything else (a served model such as ``ChatOpenAI``, ``ChatOllama``, a scripted model):
-      :class:`MonitorUnavailableError`. An endpoint's prompt log-probs are not trusted by default
-      (llama-cpp-python returns wrong ones, see docs/models.md); pass ``scorer=`` explicitly, e.g.
-      ``CompletionsLogprobScorer(base_url, model=...)`` for a vLLM/SGLang server or a
-      ``LocalLMScorer(model_path=...)`` over the same weights, or turn the monitor off.
-
-    ``scorer_options`` go to :class:`LocalLMScorer` (``uct_given_query``, ``max_tokens``,
-    ``prefix_cache``).
-
-    Example:
-        >>> from tcrag_langgraph.models.local import LocalChatModel
-        >>> isinstance(scorer_for_model(LocalChatModel()), LocalLMScorer)
-        True
-    """
-    from ..models.llama_cpp import LlamaCppChatModel  # (a LocalChatModel subclass: first)
-    from .llama_cpp import LlamaCppScorer
-
-    if isinstance(model, LlamaCppChatModel):  # llama.cpp's own logits over the same loaded GGUF
-        return LlamaCppScorer(chat_model=model, **scorer_options)
-    if isinstance(model, LocalChatModel):
-        return LocalLMScorer(model_loader=lambda: model.local_model, **scorer_options)
-    pipe = _hf_pipeline_of(model)
-    if pipe is not None:
-        name = str(getattr(pipe.model, "name_or_path", "") or type(pipe.model).__name__)
-        shared = LocalModel(model=pipe.model, tokenizer=pipe.tokenizer, name=name, lock=threading.RLock())
-        return LocalLMScorer(shared, **scorer_options)
-    raise MonitorUnavailableError(
-        f"the state monitor cannot score with the generator's own model: {type(model).__name__} exposes "
-        "no prompt log-probs that this package can trust. Options: pass scorer= "
-        "(e.g. CompletionsLogprobScorer(base_url, model=...) for a vLLM or SGLang server of the same "
-        "model, or LocalLMScorer(model_path=...) over the same weights), or turn the monitor off with "
-        "TCRAGConfig(enable_state_monitor=False)."
-    )
 

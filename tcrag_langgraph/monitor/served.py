@@ -15,7 +15,7 @@ character offsets.
   available remotely (servers return top-k only) and is not attempted.
 
 Trust: a server's prompt log-probs are only as right as its implementation. llama-cpp-python
-0.3.36 returns wrong ones (docs/models.md), which is why :func:`~tcrag_langgraph.monitor.scoring.scorer_for_model`
+0.3.36 returns wrong ones (docs/models.md), which is why :func:`~tcrag_langgraph.monitor.own_model.scorer_for_model`
 never picks this scorer by itself: pass it as ``scorer=`` after checking your server against a
 direct computation (tests/test_remote_scorer.py shows how).
 

@@ -566,7 +566,7 @@ def test_calibrated_threshold_is_stored_and_read_back_with_auto(tmp_path, monkey
 @pytest.mark.slow
 def test_end_to_end_with_smollm2_and_the_real_knowledge_graph_tool(one_torch_thread):
     from tcrag_langgraph.models.local import LocalChatModel
-    from tcrag_langgraph.monitor.scoring import scorer_for_model
+    from tcrag_langgraph.monitor.own_model import scorer_for_model
     from tcrag_langgraph.tools import default_tools
 
     model = LocalChatModel()

@@ -343,7 +343,7 @@ def test_registered_for_eval():
 @pytest.mark.slow
 def test_end_to_end_with_smollm_and_the_knowledge_graph(one_torch_thread):
     from tcrag_langgraph.models.local import LocalChatModel
-    from tcrag_langgraph.monitor.scoring import scorer_for_model
+    from tcrag_langgraph.monitor.own_model import scorer_for_model
     from tcrag_langgraph.tools.knowledge_graph import default_knowledge_graph_tool
 
     model = LocalChatModel()

@@ -8,7 +8,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from .store import StoreError
+from .errors import StoreError
 
 __all__ = ["MiniLMEmbeddings", "default_embeddings", "embed_texts", "embedding_model_name"]
 

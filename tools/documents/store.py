@@ -14,22 +14,14 @@ from typing import Any, Callable, Iterable, Literal, Sequence
 import numpy as np
 
 from ..chunking import DEFAULT_CHUNK_TOKENS, DEFAULT_OVERLAP, Chunk, Document, chunk_documents
+from .embeddings import embed_texts
+from .errors import StoreError
 
 __all__ = ["SearchMode", "SEARCH_MODES", "MAX_K", "StoreError", "SearchHit", "normalize_ids", "reciprocal_rank_fusion", "DocumentStore"]
 
 SearchMode = Literal["bm25", "dense", "hybrid"]
 SEARCH_MODES: tuple[str, ...] = ("bm25", "dense", "hybrid")
 MAX_K = 100
-
-
-class StoreError(RuntimeError):
-    """A store operation failed. ``kind`` follows :class:`~tcrag_langgraph.tools.base.ToolError`
-    ("unavailable", "timeout", "bad_response", "forbidden", "bad_input", "internal")."""
-
-    def __init__(self, message: str, *, kind: str = "internal", retryable: bool = False) -> None:
-        super().__init__(message)
-        self.kind = kind
-        self.retryable = retryable
 
 
 @dataclass(frozen=True)
@@ -142,8 +134,6 @@ class DocumentStore(ABC):
 
     def warm_up(self) -> None:
         """Load what the first search would load (embedding model, lexical index) now."""
-        from .embeddings import embed_texts  # embeddings.py raises StoreError from here
-
         embeddings = getattr(self, "embeddings", None)
         if embeddings is not None:
             embed_texts(embeddings, ["warm up"])

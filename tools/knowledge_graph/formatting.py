@@ -2,17 +2,25 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from .evidence import KGTriple
 
-if TYPE_CHECKING:
-    from .graph import KnowledgeGraph
-
-__all__ = ["render_evidence", "render_chain"]
+__all__ = ["render_evidence", "render_chain", "NodeNames"]
 
 
-def render_evidence(kg: "KnowledgeGraph", chosen, descriptions, neighbours, chains, triples) -> str:
+class NodeNames(Protocol):
+    """What rendering needs from a graph (a :class:`~.graph.KnowledgeGraph`): how nodes and
+    relations are named."""
+
+    def curie(self, iri: str) -> str: ...
+
+    def display(self, iri: str) -> str: ...
+
+    def relation_name(self, p: str) -> str: ...
+
+
+def render_evidence(kg: NodeNames, chosen, descriptions, neighbours, chains, triples) -> str:
     """The evidence text of :meth:`KnowledgeGraph.retrieve`: linked entities, chains, facts, triples."""
     if not chosen:
         return ""
@@ -42,7 +50,7 @@ def render_evidence(kg: "KnowledgeGraph", chosen, descriptions, neighbours, chai
         lines.append(f"({kg.curie(t.s)}, {kg.curie(t.p)}, {kg.curie(t.o)})")
     return "\n".join(lines)
 
-def render_chain(kg: "KnowledgeGraph", chain: list[KGTriple]) -> str:
+def render_chain(kg: NodeNames, chain: list[KGTriple]) -> str:
     """One reasoning chain as ``A -relation-> B -relation-> C``."""
     parts = []
     for k, t in enumerate(chain):

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import re
 from collections import Counter, defaultdict
-from typing import TYPE_CHECKING, Any, Iterable, Sequence
+from typing import Any, Iterable, Optional, Protocol, Sequence
 
 from rapidfuzz import fuzz, process
 from rapidfuzz.distance import Levenshtein
@@ -21,9 +21,6 @@ from ..text_analysis import word_spans
 from .backends import _IRI_OK
 from .evidence import LinkedEntity
 from .vocabulary import HPO_BASE, LABEL_PREDICATES
-
-if TYPE_CHECKING:
-    from .graph import KnowledgeGraph
 
 # --------------------------------------------------------------------------- text normalisation
 
@@ -140,7 +137,24 @@ def _overlaps(span: tuple[int, int], taken: Sequence[tuple[int, int]]) -> bool:
     return any(span[0] < e and s < span[1] for s, e in taken)
 
 
-def link_entities(kg: "KnowledgeGraph", text: str, *, limit: int = 5, min_score: float = 0.8, fuzzy: bool = True) -> list[LinkedEntity]:
+class LinkableGraph(Protocol):
+    """What entity linking needs from a graph (a :class:`~.graph.KnowledgeGraph`)."""
+
+    prefixes: dict[str, str]
+
+    @property
+    def index(self) -> _LabelIndex: ...
+
+    def curie(self, iri: str) -> str: ...
+
+    def expand(self, curie: str) -> Optional[str]: ...
+
+    def label(self, iri: str) -> Optional[str]: ...
+
+    def exists(self, iri: str) -> bool: ...
+
+
+def link_entities(kg: "LinkableGraph", text: str, *, limit: int = 5, min_score: float = 0.8, fuzzy: bool = True) -> list[LinkedEntity]:
     """Rank graph nodes mentioned in ``text``.
 
     Matches ids (``HP:0001250``, ICD-10-CM codes like ``E11.9``, full IRIs), then labels and

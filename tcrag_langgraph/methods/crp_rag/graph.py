@@ -47,7 +47,7 @@ def build_crp_rag_graph(
             the packaged default (generator of steps, merges, knowledge, reasoning, answers).
         tools: LangChain tools; each node's text is searched with every one (names must be unique).
         scorer: the perplexity scorer for knowledge sufficiency (``score(context, text, *, metric)``);
-            ``None`` scores with the generator's own weights (:func:`~tcrag_langgraph.monitor.scoring.scorer_for_model`),
+            ``None`` scores with the generator's own weights (:func:`~tcrag_langgraph.monitor.own_model.scorer_for_model`),
             which raises :class:`~tcrag_langgraph.monitor.scoring.MonitorUnavailableError` for models without
             trusted log-probs (then pass one: sufficiency is the method's core, it cannot be off).
         config: the shared :class:`TCRAGConfig` (``max_new_tokens``, ``temperature``, tool timeout and

@@ -35,10 +35,10 @@ def build_kag_thinker_graph(
 
     Args:
         model: a LangChain chat model, a local path / ``.gguf`` or ``"provider:model"`` name
-            (:func:`~tcrag_langgraph.models.local.resolve_chat_model`); ``None``: the packaged SmolLM2.
+            (:func:`~tcrag_langgraph.models.resolve.resolve_chat_model`); ``None``: the packaged SmolLM2.
         tools: the tools a depth turn retrieves with (unique names); may be empty.
         scorer: anything with ``token_logprobs(context, text) -> list[float]`` for the likelihood
-            test. ``None``: the generator's own weights (:func:`~tcrag_langgraph.monitor.scoring.scorer_for_model`,
+            test. ``None``: the generator's own weights (:func:`~tcrag_langgraph.monitor.own_model.scorer_for_model`,
             which raises :class:`~tcrag_langgraph.monitor.scoring.MonitorUnavailableError` for a model without
             trusted log-probs: then pass a scorer or ``options={"knowledge_boundary": False}``).
         config: :class:`~tcrag_langgraph.TCRAGConfig` (generation and tool limits, format retries).
