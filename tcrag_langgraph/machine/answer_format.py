@@ -74,14 +74,22 @@ def validate_format(value: Any) -> Optional[AnswerFormat]:
     return choices
 
 
-def instructions(fmt: Optional[AnswerFormat]) -> str:
-    """One line telling the model what its Conclusion must be ("" without a format)."""
+def instructions(fmt: Optional[AnswerFormat], *, subject: str = "Your Conclusion") -> str:
+    """One line telling the model what its answer must be ("" without a format). ``subject`` names
+    the answer in the method's own terms (TC-RAG's Conclusion; "The line after 'Answer:'" for a
+    method that reads an ``Answer:`` line), so the rule never names an action the method lacks.
+
+    >>> instructions(("yes", "no"))
+    'Your Conclusion must be exactly one of: yes, no (write just that answer).'
+    >>> instructions(("A", "B"), subject="The line after 'Answer:'")
+    "The line after 'Answer:' must be exactly one of: A, B (write just that answer)."
+    """
     if fmt is None:
         return ""
     if isinstance(fmt, tuple):
-        return f"Your Conclusion must be exactly one of: {', '.join(fmt)} (write just that answer)."
+        return f"{subject} must be exactly one of: {', '.join(fmt)} (write just that answer)."
     schema = json.dumps(fmt.model_json_schema(), ensure_ascii=False)
-    return f"Your Conclusion must be one JSON object matching this schema: {schema}"
+    return f"{subject} must be one JSON object matching this schema: {schema}"
 
 
 def check(fmt: Optional[AnswerFormat], text: str) -> tuple[Any, Optional[str]]:

@@ -71,6 +71,20 @@ def test_the_format_rule_and_its_bound():
     assert "yes, no" in model.seen[0][0].content  # the system prompt says what is allowed
 
 
+def test_a_bare_allowed_answer_to_the_request_counts_as_the_base_method_reads_it():
+    """Seen with the 1.5B: asked for its final answer, it replied "No" with no 'Answer:' label."""
+    out, model = run(["It may help.", "It may help.", "No"], context={"answer_format": ["yes", "no", "maybe"]})
+    assert out["halt_reason"] == "answered" and out["answer"] == "No" and out["structured_answer"] == "no"
+    assert out["format_retries"] == 0 and out["llm_calls"] == 3
+    # the rule names the answer as this method writes it, not as TC-RAG's Conclusion
+    assert "The line after 'Answer:' must be exactly one of: yes, no, maybe" in model.seen[0][0].content
+    assert "Conclusion" not in model.seen[0][0].content and "Conclusion" not in model.seen[-1][-1].content
+    # a reply that is not just an allowed answer is still asked again, then refused
+    out, _ = run(["It may help.", "It may help.", "No idea", "Probably", "Unsure"],
+                 context={"answer_format": ["yes", "no", "maybe"]})
+    assert out["halt_reason"] == "format_error" and out["format_retries"] == 2
+
+
 def test_sentences_split_at_ends_and_line_breaks():
     assert split_sentences("Dr. Who? No. It is 2.5 mg.\nAnswer: yes") == ["Dr.", "Who?", "No.", "It is 2.5 mg.",
                                                                             "Answer: yes"]

@@ -138,7 +138,7 @@ class _Solver(_RetrievalNodes):
     def formatted(self, work: dict[str, Any], state: Mapping[str, Any], form: LogicalForm, answers: Mapping[int, str],
                   answer: str, fmt: Any, cfg: TCRAGConfig, config: RunnableConfig) -> tuple[str, Any]:
         """``(answer, structured answer)`` in the asked format, re-prompted at most ``max_format_retries`` times."""
-        rule = answer_format.instructions(fmt).replace("Your Conclusion", "The final answer")
+        rule = answer_format.instructions(fmt, subject="The final answer")
 
         def parse(text: str) -> tuple[str, Any]:
             body = re.sub(r"<think>.*?</think>", " ", _normalise(text), flags=re.DOTALL | re.IGNORECASE)
