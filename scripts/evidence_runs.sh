@@ -35,9 +35,13 @@ COMMON=(--model "$M" --max-new-tokens 150 --temperature 0 --no-progress)
 
 # 3. PubMedQA-L test, 100 of the same 200 (random.sample draws them first): the adaptive baselines and
 #    the ablations without Backtrack / Summary (TC-RAG cppl's, at its trainval sigma, like tcrag-cppl in 1).
+#    Folder test15-adaptive2: the first attempt (test15-adaptive, code 018fcb2) was stopped after 11
+#    questions when two defects showed in it (a bare "No" to the final-answer request refused; the
+#    prompt line naming actions a run does not offer). Session 12 ran this from a checkout pinned at
+#    de82ff6 (git worktree + its own non-editable install), so edits to main could not change it midway.
 .venv/bin/tcrag eval --dataset pubmedqa --split test --limit 100 --seed 0 --no-context --tools docs --reply-cache \
     --method flare,dragin,fl-rag,fs-rag,self-rag,wo-backtrack,wo-summary \
-    --sigma-cppl 73.07 --max-steps 8 "${COMMON[@]}" --out "$RUNS/test15-adaptive"
+    --sigma-cppl 73.07 --max-steps 8 "${COMMON[@]}" --out "$RUNS/test15-adaptive2"
 
 # 4. PubMedQA-L test, 50 of the same 200: the papers' other methods.
 .venv/bin/tcrag eval --dataset pubmedqa --split test --limit 50 --seed 0 --no-context --tools docs --reply-cache \
