@@ -129,7 +129,7 @@ class _Direct(RunKernel):
         while True:
             work["format_retries"] = retries
             text = self.ask(work, messages, cfg, config)  # a failure halts: model_error
-            final = (answer_format.final_answer(text) if self.variant == "cot" else text.strip()) or None
+            final = (answer_format.final_answer(text, keep_label=False) if self.variant == "cot" else text.strip()) or None
             structured, problem = answer_format.check(fmt, final or "")
             if problem is not None and self.variant == "cot" and _answer_line(text):  # the labelled line alone
                 line_structured, line_problem = answer_format.check(fmt, _answer_line(text))

@@ -296,7 +296,7 @@ def test_aggregation_prompt_has_the_papers_three_parts_and_every_tool_result():
     assert "[2] (KG_RAG) KG triple on Look up metformin." in aggregate
     node = out["nodes"][0]
     assert node["knowledge"] == "Common: biguanide." and node["evidence"] == ["DOC_RAG", "KG_RAG"]
-    assert out["tool_calls"] == 2 and out["llm_calls"] == 4 and out["answer"] == "Answer: biguanide"
+    assert out["tool_calls"] == 2 and out["llm_calls"] == 4 and out["answer"] == "biguanide"
 
 
 def test_sufficiency_by_scorer_threshold_and_per_run_override():
@@ -318,7 +318,7 @@ def test_sufficiency_by_scorer_threshold_and_per_run_override():
     graph2, model2, _ = make(steps, scores=scores, default=3.0, options=CRPRAGOptions(fan_out=2, max_depth=1))
     out2 = graph2.invoke({"question": QUESTION}, context={"sufficiency_threshold": 50.0})
     assert all(n["sufficient"] for n in out2["nodes"]) and len(out2["paths"]) == 2
-    assert out2["answer"] == "Answer: integrated"
+    assert out2["answer"] == "integrated"
 
 
 def test_path_selection_skips_insufficient_branches():
@@ -333,7 +333,7 @@ def test_path_selection_skips_insufficient_branches():
     assert len(path_prompts) == 2 and all("kidney" not in p and "Lifestyle" not in p for p in path_prompts)
     # eq. 12: the second step knows the first step's result
     assert "Result of Identify the drug class of metformin." in path_prompts[1]
-    assert out["answer"] == "Answer: Metformin is a biguanide."  # the part after the last Answer: line
+    assert out["answer"] == "Metformin is a biguanide."  # the part after the last Answer: line
     assert out["path_answers"] == ["Result of Metformin is a biguanide.\nAnswer: Metformin is a biguanide."]
     assert [e.action for e in out["trace"]].count("Reasoning_Path") == 1
 
@@ -349,7 +349,7 @@ def test_several_paths_answered_then_integrated():
     integrate = next(text for kind, text in model.seen if kind == "integrate")
     for answer in out["path_answers"]:
         assert answer in integrate
-    assert out["answer"] == "Answer: integrated" and model.kinds()[-1] == "integrate"
+    assert out["answer"] == "integrated" and model.kinds()[-1] == "integrate"
     assert [e.action for e in out["trace"]].count("Path_Answer") == 2
 
 
@@ -421,7 +421,7 @@ def test_checkpointed_run_pauses_and_resumes_with_the_safe_serializer(caplog):
         snapshot = graph.get_state(config)
         assert snapshot.next == ("Answer",) and snapshot.values["nodes"][0]["sufficient"] is True
         out = graph.invoke(None, config)
-    assert out["halt_reason"] == "answered" and out["answer"] == "Answer: integrated"
+    assert out["halt_reason"] == "answered" and out["answer"] == "integrated"
     assert [n["id"] for n in out["nodes"]] == [0, 1] and out["llm_calls"] == 2 + 2 + 2 + 2 + 1
     assert not [r for r in caplog.records if "unregistered type" in r.getMessage()]
     nodes_visited = [s.next for s in graph.get_state_history(config)]
@@ -505,7 +505,7 @@ def test_answer_format_is_enforced_with_bounded_reprompts():
     graph, model, _ = make([step("Metformin is a biguanide.", True)], options=CRPRAGOptions(fan_out=1))
     out = graph.invoke({"question": QUESTION}, context={"answer_format": ["yes", "no"], "max_format_retries": 2})
     assert out["halt_reason"] == "format_error" and out["format_retries"] == 2 and not out["answer_validated"]
-    assert out["answer"] == "Answer: Metformin is a biguanide." and out["structured_answer"] is None
+    assert out["answer"] == "Metformin is a biguanide." and out["structured_answer"] is None
     reprompts = [text for kind, text in model.seen if kind == "path_step"][1:]
     assert len(reprompts) == 2 and reprompts[0].startswith("Your answer could not be used: ")
 

@@ -48,7 +48,7 @@ def test_base_and_cot_make_one_call_without_tools():
     assert m.seen[0][1].content == Q
     cot_model = model("Step 1: x is wrong.\nStep 2: y fits.\nAnswer: B")
     out = build_method("cot", model=cot_model).invoke({"question": Q})
-    assert out["answer"] == "Answer: B" and "step by step" in system_text(cot_model)
+    assert out["answer"] == "B" and "step by step" in system_text(cot_model)
 
 
 def test_sr_rag_retrieves_once_per_tool_then_answers():

@@ -87,7 +87,7 @@ class AnswerNodes(KnowledgeNodes):
                 final_messages = [HumanMessage(content=PROMPT_INTEGRATE.format(question=question, answers=listing)
                                                + rule_note)]
                 text = self.ask(counters, final_messages, cfg, config).strip()
-            final = answer_format.final_answer(text)
+            final = answer_format.final_answer(text, keep_label=False)
             structured, problem = answer_format.check(fmt, final)
             # Bounded: at most max_format_retries re-prompts when the answer does not fit the asked format.
             while fmt is not None and problem is not None and retries < cfg.max_format_retries:
@@ -95,7 +95,7 @@ class AnswerNodes(KnowledgeNodes):
                 final_messages = [*final_messages, AIMessage(content=text or "(empty)"),
                                   HumanMessage(content=f"Your answer could not be used: {problem}. {rule}")]
                 text = self.ask(counters, final_messages, cfg, config).strip()
-                final = answer_format.final_answer(text)
+                final = answer_format.final_answer(text, keep_label=False)
                 structured, problem = answer_format.check(fmt, final)
         except RunFailure as failure:
             return self.end(state, config, counters, events, reason=failure.reason, error=str(failure),
