@@ -88,7 +88,8 @@ def embed(rounds: int, bulk: int) -> None:
 
 
 def weights(rounds: int, prompt_tokens: int, new_tokens: int) -> None:
-    from tcrag_langgraph.models.llama_cpp import _logits_row, f16_copy
+    from tcrag_langgraph.models.gguf_files import f16_copy
+    from tcrag_langgraph.models.llama_cpp_native import logits_row
     from tcrag_langgraph.models.local import default_model_source
 
     import llama_cpp
@@ -105,10 +106,10 @@ def weights(rounds: int, prompt_tokens: int, new_tokens: int) -> None:
             llm.eval(ids)
             speeds[label]["prefill"].append(len(ids) / (time.perf_counter() - t))
             t = time.perf_counter()
-            token = int(_logits_row(llm._ctx, -1, llm.n_vocab()).argmax())
+            token = int(logits_row(llm._ctx, -1, llm.n_vocab()).argmax())
             for _ in range(new_tokens):  # greedy, one token per pass
                 llm.eval([token])
-                token = int(_logits_row(llm._ctx, -1, llm.n_vocab()).argmax())
+                token = int(logits_row(llm._ctx, -1, llm.n_vocab()).argmax())
             speeds[label]["decode"].append(new_tokens / (time.perf_counter() - t))
             del llm
     for label in files:

@@ -18,11 +18,8 @@ from pathlib import Path
 import pytest
 from langchain_core.messages import AIMessage, HumanMessage, SystemMessage
 
-from tcrag_langgraph.models.llama_cpp import (
-    LlamaCppChatModel,
-    check_gguf_file,
-    load_llama_model,
-)
+from tcrag_langgraph.models.gguf_files import check_gguf_file
+from tcrag_langgraph.models.llama_cpp import LlamaCppChatModel, load_llama_model
 from tcrag_langgraph.models.local import (
     LocalChatModel,
     LocalModelError,
@@ -445,7 +442,7 @@ def test_the_packaged_model_generates_with_the_float16_weights_the_monitor_score
     """weights="auto": the packaged model runs its float16 re-encoding (faster on CPU, RESULTS.md
     section 13) and the exact scorer uses that very model object instead of loading a second copy;
     any other GGUF runs as it is."""
-    from tcrag_langgraph.models.llama_cpp import f16_copy
+    from tcrag_langgraph.models.gguf_files import f16_copy
 
     assert chat.generates_float16 and chat.llama_model.path == str(f16_copy(packaged_gguf()))
     assert chat.llama_model.name == packaged_gguf().stem  # named after the user's file, not the copy
@@ -469,7 +466,7 @@ def test_a_damaged_file_is_refused_before_it_is_re_encoded(tmp_path):
 
 
 def test_f16_copy_records_its_source(llama):
-    from tcrag_langgraph.models.llama_cpp import f16_copy
+    from tcrag_langgraph.models.gguf_files import f16_copy
 
     copy = f16_copy(packaged_gguf())
     record = json.loads(copy.with_name(copy.name + ".source.json").read_text())

@@ -22,9 +22,12 @@ transformers path, over the same file:
   whose prompt log-probs are wrong (docs/models.md).
 * Streaming: ``_stream`` yields the reply as it is decoded (stop sequences held back until they can
   no longer match), so ``stream_mode="messages"`` shows tokens.
-* Speculative decoding (``draft_model_path=``, greedy only): a small model with the same tokenizer
-  proposes ``n_draft`` tokens, the model verifies them in one batch and keeps the longest prefix
-  equal to its own greedy choices, so the output is its own greedy output.
+* Speculative decoding (``draft_model_path=``, greedy only; :mod:`.speculative`): a small model with
+  the same tokenizer proposes ``n_draft`` tokens, the model verifies them in one batch and keeps the
+  longest prefix equal to its own greedy choices, so the output is its own greedy output.
+
+Around it: :mod:`.gguf_files` (file checks, the float16 copy), :mod:`.llama_cpp_native` (threads,
+batches with logits at chosen positions) and :mod:`.llama_cpp_states` (saved branches and prefixes).
 
 A GGUF whose architecture llama.cpp cannot load falls back to transformers (one line on stderr); a
 truncated or corrupt file is a :class:`~tcrag_langgraph.models.local.LocalModelError` naming it.
@@ -32,35 +35,32 @@ truncated or corrupt file is a :class:`~tcrag_langgraph.models.local.LocalModelE
 
 from __future__ import annotations
 
-import math
 import os
 import sys
 import threading
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
-from typing import Any, Callable, Iterator, Optional
+from typing import Any, Iterator, Optional
 
 from langchain_core.callbacks import CallbackManagerForLLMRun
 from langchain_core.messages import AIMessage, AIMessageChunk, BaseMessage
 from langchain_core.outputs import ChatGeneration, ChatGenerationChunk, ChatResult
 from pydantic import Field, PrivateAttr, field_validator
 
-from .cache_entries import has_record, prune_stale, record_source
+from .gguf_files import check_gguf_file, check_gguf_magic, f16_copy, gguf_architecture
 from .kv_cache import CacheStats
-from .llama_cpp_states import BranchStash, PrefixFiles, common_prefix
+from .llama_cpp_native import default_threads, quiet_native, require_gpu_offload
+from .llama_cpp_states import BranchStash, PrefixFiles, common_prefix, reusable_prefix
 from .local import LocalChatModel, LocalModelError, _role, default_model_source
+from .speculative import SpeculativeStats, speculative_greedy
 from ..tools.layer.outcome import content_text
 
 __all__ = [
     "LlamaCppModel",
     "LlamaCppChatModel",
-    "SpeculativeStats",
     "load_llama_model",
-    "f16_copy",
     "WEIGHTS",
-    "check_gguf_file",
-    "gguf_architecture",
     "llama_cpp_available",
     "BACKENDS",
 ]
@@ -73,9 +73,6 @@ WEIGHTS = ("auto", "file", "float16")
 #: Backends of a local model: ``auto`` (llama.cpp for a .gguf on the CPU, transformers otherwise).
 BACKENDS = ("auto", "llama_cpp", "transformers")
 
-GGUF_MAGIC = b"GGUF"
-
-
 def llama_cpp_available() -> bool:
     """Whether llama-cpp-python can be imported (it is a dependency; a broken build says no)."""
     try:
@@ -83,56 +80,6 @@ def llama_cpp_available() -> bool:
     except Exception:  # noqa: BLE001 - a missing shared library is an OSError, not an ImportError
         return False
     return True
-
-
-def check_gguf_file(path: Path) -> None:
-    """A LocalModelError unless ``path`` is a readable GGUF file whose tensor data all lie inside it.
-
-    Uses the ``gguf`` package's reader (metadata and tensor table, memory-mapped): a truncated file, a
-    file that is not GGUF, or a damaged header is named here with what is wrong, before llama.cpp
-    sees it.
-    """
-    if not path.is_file():
-        raise LocalModelError(f"GGUF file {path} does not exist")
-    size = path.stat().st_size
-    with open(path, "rb") as fh:
-        magic = fh.read(4)
-    if magic != GGUF_MAGIC:
-        raise LocalModelError(f"{path} is not a GGUF file (it starts with {magic!r}, not {GGUF_MAGIC!r})")
-    try:
-        from gguf import GGUFReader
-
-        reader = GGUFReader(str(path))
-        end = max((int(t.data_offset) + int(t.n_bytes) for t in reader.tensors), default=0)
-    except Exception as exc:  # noqa: BLE001 - the reader raises many types on a damaged file
-        raise LocalModelError(f"{path} is truncated or corrupt (its GGUF header or tensor table cannot be read: "
-                              f"{type(exc).__name__}: {exc})") from None
-    if end > size:
-        raise LocalModelError(f"{path} is truncated: its tensors need {end} bytes, the file has {size}")
-
-
-def _quick_check(path: Path) -> None:
-    """Existence and the GGUF magic, without parsing the file."""
-    if not path.is_file():
-        raise LocalModelError(f"GGUF file {path} does not exist")
-    with open(path, "rb") as fh:
-        magic = fh.read(4)
-    if magic != GGUF_MAGIC:
-        raise LocalModelError(f"{path} is not a GGUF file (it starts with {magic!r}, not {GGUF_MAGIC!r})")
-
-
-def gguf_architecture(path: Path) -> Optional[str]:
-    """``general.architecture`` of a GGUF file (None if it cannot be read)."""
-    try:
-        from gguf import GGUFReader
-
-        reader = GGUFReader(str(path))
-        fld = reader.fields.get("general.architecture")
-        if fld is None:
-            return None
-        return bytes(fld.parts[fld.data[0]]).decode("utf-8", "replace")
-    except Exception:  # noqa: BLE001
-        return None
 
 
 class ArchitectureUnsupported(LocalModelError):
@@ -241,7 +188,7 @@ def _load(path: str, n_ctx: int, n_threads: int, n_gpu_layers: int, name: Option
     import llama_cpp
 
     file = Path(path)
-    _quick_check(file)  # the full check (a few seconds for a large vocabulary) only if llama.cpp fails
+    check_gguf_magic(file)  # the full check (a few seconds for a large vocabulary) only if llama.cpp fails
     if n_gpu_layers != 0:
         require_gpu_offload()
     try:
@@ -276,110 +223,9 @@ def load_llama_model(path: "str | os.PathLike[str] | None" = None, *, n_ctx: int
         raise ValueError("n_ctx must be at least 64")
     threads = n_threads if n_threads else default_threads()
     if float16:
-        _quick_check(file)  # a damaged file is named before llama.cpp is asked to re-encode it
+        check_gguf_magic(file)  # a damaged file is named before llama.cpp is asked to re-encode it
         return _load(str(f16_copy(file)), int(n_ctx), int(threads), int(n_gpu_layers), name=file.stem)
     return _load(str(file.resolve()), int(n_ctx), int(threads), int(n_gpu_layers))
-
-
-def f16_copy(path: "str | os.PathLike[str]", file_type: Optional[int] = None) -> Path:
-    """The float16 re-encoding of a GGUF used for exact scoring, written once by llama.cpp's own
-    ``llama_model_quantize`` (every quantized weight de-quantized and stored as float16) under
-    ``$TCRAG_CACHE_DIR/gguf-f16/`` (keyed like the transformers copy: path, size, mtime). A file that
-    is already float16/float32 is returned as it is. Writing a copy removes the copies whose source
-    file is gone or has changed since (each copy names its source in a ``.source.json`` beside it;
-    a copy of the same name from before those records is removed too): a reinstalled package or a
-    new virtual environment would otherwise leave a stale copy (270 MB for SmolLM2) each time."""
-    import ctypes as _ct
-    import hashlib
-    import tempfile
-
-    import llama_cpp
-
-    from .local import cache_dir
-
-    src = Path(path).expanduser().resolve()
-    if (file_type if file_type is not None else _gguf_file_type(src)) in (0, 1):  # ALL_F32, MOSTLY_F16
-        return src
-    stat = src.stat()
-    key = hashlib.sha256(f"{src}|{stat.st_size}|{stat.st_mtime_ns}".encode()).hexdigest()[:12]
-    target = cache_dir() / "gguf-f16" / f"{src.stem}-{key}.f16.gguf"
-    if target.is_file():
-        if not has_record(target):  # written before the records
-            record_source(target, src, stat)
-        return target
-    target.parent.mkdir(parents=True, exist_ok=True)
-    print(f"tcrag: writing a float16 copy of {src.name} at {target} (first use only; "
-          "~3 s for 135M parameters, ~10 s for 0.5B)", file=sys.stderr, flush=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}-", dir=target.parent)
-    os.close(fd)
-    try:
-        params = llama_cpp.llama_model_quantize_default_params()
-        params.ftype = llama_cpp.LLAMA_FTYPE_MOSTLY_F16
-        params.allow_requantize = True
-        params.pure = True
-        params.nthread = default_threads()
-        with _quiet_native():
-            rc = llama_cpp.llama_model_quantize(str(src).encode(), tmp.encode(), _ct.byref(params))
-        if rc != 0:
-            raise LocalModelError(f"llama.cpp could not write a float16 copy of {src} (code {rc})")
-        os.replace(tmp, target)
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-    record_source(target, src, stat)
-    prune_stale(target.parent, "*.f16.gguf", keep=target, stem=src.stem)
-    return target
-
-
-def _gguf_file_type(path: Path) -> Optional[int]:
-    """``general.file_type`` of a GGUF. llama.cpp reads it with a vocabulary-only load in ~0.1 s; the
-    gguf reader (only where llama.cpp cannot read the file) parses every field, 4 s for a 49k-token
-    vocabulary."""
-    import llama_cpp
-    import llama_cpp._internals as internals
-
-    params = llama_cpp.llama_model_default_params()
-    params.vocab_only = True
-    try:
-        with _quiet_native():
-            value = internals.LlamaModel(path_model=str(path), params=params, verbose=False).metadata().get("general.file_type")
-        return int(value) if value is not None and str(value).isdigit() else None
-    except Exception:  # noqa: BLE001 - not readable by llama.cpp: ask the gguf reader
-        pass
-    try:
-        from gguf import GGUFReader
-
-        fld = GGUFReader(str(path)).fields.get("general.file_type")
-        return None if fld is None else int(fld.parts[-1][0])
-    except Exception:  # noqa: BLE001
-        return None
-
-
-class _quiet_native:
-    """Silence llama.cpp's own prints (C-level stdout/stderr) for a block."""
-
-    def __enter__(self):
-        from llama_cpp._utils import suppress_stdout_stderr
-
-        self._inner = suppress_stdout_stderr(disable=False)
-        return self._inner.__enter__()
-
-    def __exit__(self, *exc):
-        return self._inner.__exit__(*exc)
-
-
-def default_threads() -> int:
-    """Threads for llama.cpp when none are given: ``$TCRAG_THREADS`` if set, else the cores this
-    process may run on (on a busy shared machine 1 is often faster: llama.cpp's threads spin-wait)."""
-    env = os.environ.get("TCRAG_THREADS", "").strip()
-    if env:
-        if not env.isdigit() or int(env) < 1:
-            raise ValueError(f"TCRAG_THREADS must be a positive integer, not {env!r}")
-        return int(env)
-    try:
-        return max(1, len(os.sched_getaffinity(0)))
-    except AttributeError:  # pragma: no cover - not Linux
-        return max(1, os.cpu_count() or 1)
 
 
 def _device_layers(device: Optional[str], n_gpu_layers: Optional[int]) -> int:
@@ -387,16 +233,6 @@ def _device_layers(device: Optional[str], n_gpu_layers: Optional[int]) -> int:
     if n_gpu_layers is not None:
         return int(n_gpu_layers)
     return 0 if device is None or device == "cpu" else -1  # the field's validator has normalised it
-
-
-def require_gpu_offload() -> None:
-    """LocalModelError unless this llama-cpp-python build can offload layers to a GPU."""
-    import llama_cpp
-
-    if not llama_cpp.llama_supports_gpu_offload():
-        raise LocalModelError(
-            "a GPU was asked for (n_gpu_layers/device), but this llama-cpp-python build has no GPU offload; "
-            "rebuild it with CMAKE_ARGS=\"-DGGML_CUDA=on\" (or use device='cpu')")
 
 
 # ----- streaming text with stop sequences -----
@@ -418,26 +254,6 @@ def _first_stop(text: str, stops: list[str]) -> int:
         if i != -1 and (cut == -1 or i < cut):
             cut = i
     return cut
-
-
-@dataclass
-class SpeculativeStats:
-    """Draft tokens proposed and accepted over a chat model's calls (speculative decoding)."""
-
-    proposed: int = 0
-    accepted: int = 0
-    target_passes: int = 0
-    #: near ties the batched verification could not decide: the tokens since the last exact point were
-    #: evaluated again one at a time
-    resyncs: int = 0
-
-    @property
-    def acceptance_rate(self) -> float:
-        return self.accepted / self.proposed if self.proposed else 0.0
-
-    def as_dict(self) -> dict[str, float]:
-        return {"proposed": self.proposed, "accepted": self.accepted, "target_passes": self.target_passes,
-                "resyncs": self.resyncs, "acceptance_rate": self.acceptance_rate}
 
 
 class LlamaCppChatModel(LocalChatModel):
@@ -653,7 +469,7 @@ class LlamaCppChatModel(LocalChatModel):
                     if _prefix_files().ensure(llm, lm.path, lm.fixed_prefix(messages, prompt)) == "saved":
                         computed = int(llm.n_tokens) - before
                 lm.exact_tokens = int(llm.n_tokens)
-            reused = _reusable_prefix(llm, prompt) - computed
+            reused = reusable_prefix(llm, prompt) - computed
             lm.stats.calls += 1
             lm.stats.prompt_tokens += len(prompt)
             lm.stats.reused_tokens += reused
@@ -712,183 +528,3 @@ def _prefix_files() -> PrefixFiles:
     return PrefixFiles(cache_dir() / "llama-states")  # read per call: $TCRAG_CACHE_DIR may change
 
 
-def _reusable_prefix(llm: Any, prompt: list[int]) -> int:
-    """Prompt tokens llama-cpp-python's ``generate`` will take from the cache (its own rule: the longest
-    common prefix with the evaluated tokens, one less when the whole prompt matches, so the last
-    prompt token is evaluated again to give the next-token logits)."""
-    k = common_prefix(llm.input_ids[:int(llm.n_tokens)], prompt)
-    return k - 1 if k and k == len(prompt) else k
-
-
-# ----- low-level batches: logits at chosen positions -----
-def _decode(ctx: Any, batch: Any, ids: list[int], start_pos: int, want: Callable[[int], bool]) -> list[int]:
-    """Decode ``ids`` at positions ``start_pos..`` in sequence 0, asking for logits where ``want(pos)``;
-    returns the batch indices that have logits (for ``llama_get_logits_ith``)."""
-    import llama_cpp
-
-    b = batch.batch
-    b.n_tokens = len(ids)
-    rows = []
-    for i, tok in enumerate(ids):
-        b.token[i] = tok
-        b.pos[i] = start_pos + i
-        b.seq_id[i][0] = 0
-        b.n_seq_id[i] = 1
-        flag = bool(want(start_pos + i))
-        b.logits[i] = flag
-        if flag:
-            rows.append(i)
-    rc = llama_cpp.llama_decode(ctx.ctx, b)
-    if rc != 0:
-        raise RuntimeError(f"llama_decode returned {rc}")
-    return rows
-
-
-def _logits_row(ctx: Any, i: int, n_vocab: int):
-    import numpy as np
-    import llama_cpp
-
-    ptr = llama_cpp.llama_get_logits_ith(ctx.ctx, i)
-    return np.ctypeslib.as_array(ptr, shape=(n_vocab,)).copy()
-
-
-def _log_softmax_at(row, target: int) -> float:
-    import numpy as np
-
-    x = row.astype(np.float64)
-    m = x.max()
-    return float(x[target] - m - math.log(np.exp(x - m).sum()))
-
-
-#: Batched and one-token logits of llama.cpp differ by up to ~0.4 (measured, see speculative_greedy);
-#: a verified argmax with a smaller margin over the runner-up is decided by the one-token kernels.
-NEAR_TIE_LOGITS = 1.0
-
-
-def speculative_greedy(target: LlamaCppModel, draft: LlamaCppModel, prompt: list[int], *, n_draft: int,
-                       stats: Optional[SpeculativeStats] = None, near_tie: float = NEAR_TIE_LOGITS) -> Iterator[int]:
-    """Yield the target model's greedy continuation of ``prompt``, using ``draft`` to propose tokens.
-
-    Each round the draft proposes up to ``n_draft`` tokens greedily; the target evaluates the last
-    accepted token plus the proposals in one batch with logits at every position, accepts proposals
-    while they equal its own argmax, and adds its own token at the first disagreement (or after the
-    last proposal).
-
-    Identical to plain greedy decoding, not only close to it: llama.cpp's batched kernels (a
-    verification pass) and its one-token kernels (plain decoding) round differently, by up to ~0.4
-    logits measured on Qwen2.5-Coder-1.5B Q4_K over 60 tokens, so a batched argmax is trusted only
-    where its margin over the runner-up is at least ``near_tie``. At a nearer tie the tokens since the
-    last exact point are evaluated again one at a time, exactly as plain decoding evaluates them, and
-    the token is chosen from those logits: the cache is then the plain decoder's, bit for bit.
-    ``target.exact_tokens`` marks how much of the cache is exact, so prefix reuse in later calls (and
-    a plain call after this one) never builds on batched results. Call with both locks held.
-    """
-    import numpy as np
-
-    tl, dl = target.llm, draft.llm
-    n_vocab = target.n_vocab
-    stats = stats if stats is not None else SpeculativeStats()
-    batch = tl._batch  # llama-cpp-python's own batch of n_batch tokens
-    # Prefill the prompt with prefix reuse (llama-cpp-python's rule, within the exact part of the cache),
-    # logits for its last token only: the plain decoder's prefill.
-    reuse = min(_reusable_prefix(tl, prompt), target.exact_tokens)
-    tl._ctx.kv_cache_seq_rm(-1, reuse, -1)
-    tl.n_tokens = reuse
-    rest = prompt[reuse:]
-    row = None
-    for i in range(0, len(rest), tl.n_batch):
-        part = rest[i:i + tl.n_batch]
-        last_pos = len(prompt) - 1
-        rows = _decode(tl._ctx, batch, part, tl.n_tokens, lambda p: p == last_pos)
-        tl.input_ids[tl.n_tokens:tl.n_tokens + len(part)] = part
-        tl.n_tokens += len(part)
-        if rows:
-            row = _logits_row(tl._ctx, rows[-1], n_vocab)
-    stats.target_passes += 1
-    target.exact_tokens = tl.n_tokens
-    next_tok = int(np.argmax(row))
-    seq = list(prompt)  # evaluated by the target: seq[:tl.n_tokens]
-    while True:
-        yield next_tok
-        seq.append(next_tok)
-        # The draft proposes after seq (its own prefix cache, greedy).
-        proposal: list[int] = []
-        room = target.n_ctx - len(seq) - 1
-        k = max(0, min(n_draft, room))
-        if k:
-            gen = dl.generate(seq, temp=0.0, repeat_penalty=1.0, reset=True)
-            try:
-                for tok in gen:
-                    proposal.append(int(tok))
-                    if len(proposal) >= k or draft.is_eog(tok):
-                        break
-            finally:
-                gen.close()
-        stats.proposed += len(proposal)
-        # Verify: the target evaluates next_tok + proposals, logits at every one of these positions.
-        ids = [next_tok] + proposal
-        start = tl.n_tokens
-        rows = _decode(tl._ctx, batch, ids, start, lambda p: True)
-        tl.input_ids[start:start + len(ids)] = ids
-        tl.n_tokens = start + len(ids)
-        stats.target_passes += 1
-        accepted = 0
-        choice = None
-        tie = False
-        for j, r in enumerate(rows):
-            logits = _logits_row(tl._ctx, r, n_vocab)
-            best, margin = _argmax_margin(logits)
-            if margin < near_tie:  # the batched kernels may rank these two otherwise than the plain ones
-                tie = True
-                break
-            if j < len(proposal) and best == proposal[j]:
-                accepted += 1
-                continue
-            choice = best
-            break
-        stats.accepted += accepted
-        for tok in proposal[:accepted]:
-            yield tok
-            seq.append(tok)
-        # Drop the rejected proposals from the target's cache.
-        keep = start + 1 + accepted
-        if keep < tl.n_tokens:
-            tl._ctx.kv_cache_seq_rm(-1, keep, -1)
-            tl.n_tokens = keep
-        if tie:
-            choice = _resync(target, seq, stats)
-        tl._requires_eval = True  # the logits llama-cpp-python holds are not those of its last token
-        next_tok = choice
-
-
-def _argmax_margin(logits) -> tuple[int, float]:
-    """The top token (argmax's tie rule, the lowest id, as plain greedy decoding picks) and its logit
-    margin over the runner-up."""
-    import numpy as np
-
-    runner_up, top = np.partition(logits, -2)[-2:]
-    return int(np.argmax(logits)), float(top - runner_up)
-
-
-def _resync(target: LlamaCppModel, seq: list[int], stats: SpeculativeStats) -> int:
-    """Evaluate ``seq`` from the cache's exact point on one token at a time, as plain decoding does,
-    and return the greedy token after it (from one-token logits over an exact cache)."""
-    import numpy as np
-
-    tl = target.llm
-    start = target.exact_tokens
-    tl._ctx.kv_cache_seq_rm(-1, start, -1)
-    tl.n_tokens = start
-    row = None
-    for pos in range(start, len(seq)):
-        rows = _decode(tl._ctx, tl._batch, [seq[pos]], pos, lambda p: True)
-        tl.input_ids[pos] = seq[pos]
-        tl.n_tokens = pos + 1
-        row = _logits_row(tl._ctx, rows[0], target.n_vocab)
-        stats.target_passes += 1
-    stats.resyncs += 1
-    target.exact_tokens = tl.n_tokens
-    return int(np.argmax(row))
-
-
-# ----- the scorer -----

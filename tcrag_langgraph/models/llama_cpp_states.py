@@ -32,7 +32,7 @@ from typing import Any, Optional, Sequence
 
 from .cache_entries import prune_stale, record_source
 
-__all__ = ["SavedSequence", "BranchStash", "PrefixFiles", "common_prefix", "snapshot", "restore"]
+__all__ = ["SavedSequence", "BranchStash", "PrefixFiles", "common_prefix", "reusable_prefix", "snapshot", "restore"]
 
 
 def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
@@ -215,3 +215,11 @@ class PrefixFiles:
         states = sorted(path.parent.glob("*.kv"), key=lambda p: p.stat().st_mtime)
         for old in states[:-self.max_files]:
             old.unlink(missing_ok=True)
+
+
+def reusable_prefix(llm: Any, prompt: list[int]) -> int:
+    """Prompt tokens llama-cpp-python's ``generate`` will take from the cache (its own rule: the longest
+    common prefix with the evaluated tokens, one less when the whole prompt matches, so the last
+    prompt token is evaluated again to give the next-token logits)."""
+    k = common_prefix(llm.input_ids[:int(llm.n_tokens)], prompt)
+    return k - 1 if k and k == len(prompt) else k

@@ -10,8 +10,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Optional
 
-from ..models.llama_cpp import (LlamaCppChatModel, LlamaCppModel, _decode, _logits_row, _log_softmax_at, _quiet_native,
-                                default_threads, f16_copy, load_llama_model)
+from ..models.gguf_files import f16_copy
+from ..models.llama_cpp import LlamaCppChatModel, LlamaCppModel, load_llama_model
+from ..models.llama_cpp_native import decode_at, default_threads, log_softmax_at, logits_row, quiet_native
 from ..models.local import LocalModelError
 from .scoring import LocalLMScorer, TokenStat, scored_sequence, token_logprobs_to_metric
 
@@ -123,7 +124,7 @@ class LlamaCppScorer:
         if delegate is not None:
             return delegate.token_logprobs(context, text)
         rows, targets = self._scored_rows(context, text)
-        return [_log_softmax_at(row, target) for row, target in zip(rows, targets)]
+        return [log_softmax_at(row, target) for row, target in zip(rows, targets)]
 
     def token_stats(self, context: str, text: str) -> list[TokenStat]:
         """Per token of ``text``: its text, its log P (as :meth:`token_logprobs`) and the entropy (nats) of
@@ -133,7 +134,7 @@ class LlamaCppScorer:
             return delegate.token_stats(context, text)
         rows, targets = self._scored_rows(context, text)
         lm = self.local_model
-        return [TokenStat(lm.detokenize([target]), _log_softmax_at(row, target), _entropy(row))
+        return [TokenStat(lm.detokenize([target]), log_softmax_at(row, target), _entropy(row))
                 for row, target in zip(rows, targets)]
 
     def _scored_rows(self, context: str, text: str) -> tuple[list[Any], list[int]]:
@@ -163,7 +164,7 @@ class LlamaCppScorer:
                 else:
                     params = llama_cpp.llama_model_default_params()
                     params.n_gpu_layers = lm.llm.model_params.n_gpu_layers
-                    with _quiet_native():
+                    with quiet_native():
                         weights = internals.LlamaModel(path_model=str(copy), params=params, verbose=False)
                 state = _ScoreState(weights=weights, source=str(copy))
             lm.scoring[self.precision] = state
@@ -183,7 +184,7 @@ class LlamaCppScorer:
             params.type_k = llama_cpp.GGML_TYPE_F32
             params.type_v = llama_cpp.GGML_TYPE_F32
             params.flash_attn_type = llama_cpp.LLAMA_FLASH_ATTN_TYPE_DISABLED
-            with _quiet_native():
+            with quiet_native():
                 state.ctx = internals.LlamaContext(model=state.weights, params=params, verbose=False)
             state.batch = internals.LlamaBatch(n_tokens=params.n_batch, embd=0, n_seq_max=1, verbose=False)
             state.tokens = []
@@ -209,8 +210,8 @@ class LlamaCppScorer:
         step = state.batch._n_tokens
         for i in range(0, len(todo), step):
             part = todo[i:i + step]
-            got = _decode(state.ctx, state.batch, part, keep + i, lambda p: p >= first - 1)
-            rows.extend(_logits_row(state.ctx, r, n_vocab) for r in got)
+            got = decode_at(state.ctx, state.batch, part, keep + i, lambda p: p >= first - 1)
+            rows.extend(logits_row(state.ctx, r, n_vocab) for r in got)
             state.tokens.extend(part)
         self.evaluated_tokens += len(todo)
         return rows

@@ -1,0 +1,89 @@
+"""Low-level llama.cpp access shared by the chat model (:mod:`.llama_cpp`), the exact scorer
+(:mod:`tcrag_langgraph.monitor.llama_cpp`) and speculative decoding (:mod:`.speculative`): threads,
+silencing llama.cpp's own prints, GPU offload, and batches that ask for logits at chosen positions."""
+
+from __future__ import annotations
+
+import math
+import os
+from typing import Any, Callable
+
+from .local import LocalModelError
+
+__all__ = ["quiet_native", "default_threads", "require_gpu_offload", "decode_at", "logits_row", "log_softmax_at"]
+
+
+class quiet_native:
+    """Silence llama.cpp's own prints (C-level stdout/stderr) for a block."""
+
+    def __enter__(self):
+        from llama_cpp._utils import suppress_stdout_stderr
+
+        self._inner = suppress_stdout_stderr(disable=False)
+        return self._inner.__enter__()
+
+    def __exit__(self, *exc):
+        return self._inner.__exit__(*exc)
+
+
+def default_threads() -> int:
+    """Threads for llama.cpp when none are given: ``$TCRAG_THREADS`` if set, else the cores this
+    process may run on (on a busy shared machine 1 is often faster: llama.cpp's threads spin-wait)."""
+    env = os.environ.get("TCRAG_THREADS", "").strip()
+    if env:
+        if not env.isdigit() or int(env) < 1:
+            raise ValueError(f"TCRAG_THREADS must be a positive integer, not {env!r}")
+        return int(env)
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # pragma: no cover - not Linux
+        return max(1, os.cpu_count() or 1)
+
+
+def require_gpu_offload() -> None:
+    """LocalModelError unless this llama-cpp-python build can offload layers to a GPU."""
+    import llama_cpp
+
+    if not llama_cpp.llama_supports_gpu_offload():
+        raise LocalModelError(
+            "a GPU was asked for (n_gpu_layers/device), but this llama-cpp-python build has no GPU offload; "
+            "rebuild it with CMAKE_ARGS=\"-DGGML_CUDA=on\" (or use device='cpu')")
+
+
+def decode_at(ctx: Any, batch: Any, ids: list[int], start_pos: int, want: Callable[[int], bool]) -> list[int]:
+    """Decode ``ids`` at positions ``start_pos..`` in sequence 0, asking for logits where ``want(pos)``;
+    returns the batch indices that have logits (for ``llama_get_logits_ith``)."""
+    import llama_cpp
+
+    b = batch.batch
+    b.n_tokens = len(ids)
+    rows = []
+    for i, tok in enumerate(ids):
+        b.token[i] = tok
+        b.pos[i] = start_pos + i
+        b.seq_id[i][0] = 0
+        b.n_seq_id[i] = 1
+        flag = bool(want(start_pos + i))
+        b.logits[i] = flag
+        if flag:
+            rows.append(i)
+    rc = llama_cpp.llama_decode(ctx.ctx, b)
+    if rc != 0:
+        raise RuntimeError(f"llama_decode returned {rc}")
+    return rows
+
+
+def logits_row(ctx: Any, i: int, n_vocab: int):
+    import numpy as np
+    import llama_cpp
+
+    ptr = llama_cpp.llama_get_logits_ith(ctx.ctx, i)
+    return np.ctypeslib.as_array(ptr, shape=(n_vocab,)).copy()
+
+
+def log_softmax_at(row, target: int) -> float:
+    import numpy as np
+
+    x = row.astype(np.float64)
+    m = x.max()
+    return float(x[target] - m - math.log(np.exp(x - m).sum()))
