@@ -33,7 +33,7 @@ COMMON=(--model "$M" --max-new-tokens 150 --temperature 0 --no-progress)
     --sigma answer_prob=0.7691 --sigma-cppl 2.013 --sigma-uct 1.867 --max-steps 6 "${COMMON[@]}" \
     --out "$RUNS/mcdev15"
 
-# 3. PubMedQA-L test, 100 of the same 200 (random.sample draws them first): the adaptive baselines and
+# 3. PubMedQA-L test, 100 of the same 200 (a subset: checked on the run folders): the adaptive baselines and
 #    the ablations without Backtrack / Summary (TC-RAG cppl's, at its trainval sigma, like tcrag-cppl in 1).
 #    Folder test15-adaptive2: the first attempt (test15-adaptive, code 018fcb2) was stopped after 11
 #    questions when two defects showed in it (a bare "No" to the final-answer request refused; the
@@ -43,6 +43,8 @@ COMMON=(--model "$M" --max-new-tokens 150 --temperature 0 --no-progress)
     --method flare,dragin,fl-rag,fs-rag,self-rag,wo-backtrack,wo-summary \
     --sigma-cppl 73.07 --max-steps 8 "${COMMON[@]}" --out "$RUNS/test15-adaptive2"
 
-# 4. PubMedQA-L test, 50 of the same 200: the papers' other methods.
+# 4. PubMedQA-L test, 50 questions: the papers' other methods. Not all from the 200: random.sample draws
+#    a sample of 50 another way than one of 100 or 200, so 48 of these 50 are in table 1 (and 47 in
+#    table 3); `tcrag summarize` compares them on those.
 .venv/bin/tcrag eval --dataset pubmedqa --split test --limit 50 --seed 0 --no-context --tools docs --reply-cache \
     --method crp-rag,kag-thinker,diffrag --max-steps 8 "${COMMON[@]}" --out "$RUNS/test15-papers"

@@ -173,8 +173,12 @@ def _check_settings(out_dir: Path, settings: Mapping[str, Any]) -> None:
         file.write_text(json.dumps(wanted, indent=2, sort_keys=True) + "\n", encoding="utf-8")
 
 
-#: Settings that may differ between runs merged into one table: they apply to some methods only.
-MERGEABLE_SETTINGS = frozenset({"methods", "sigmas", "scorer", "method_options"})
+#: Settings that may differ between runs merged into one table: they apply to some methods only
+#: (a reply cache replays a call with the same reply, so it changes times, not results).
+MERGEABLE_SETTINGS = frozenset({"methods", "sigmas", "scorer", "method_options", "reply_cache"})
+#: ... and the questions: runs of different sizes from the same draw (``--limit 100`` and ``200`` with
+#: one seed) are compared on the questions both hold, as ``common`` compares a stopped run.
+QUESTION_SETTINGS = frozenset({"ids", "limit"})
 
 
 def merge_runs(out_dirs: Sequence[str | os.PathLike[str]], *, common: bool = True) -> list[dict[str, Any]]:
@@ -182,8 +186,10 @@ def merge_runs(out_dirs: Sequence[str | os.PathLike[str]], *, common: bool = Tru
     started later with a calibrated sigma), for one table.
 
     ``common=True`` keeps only the questions every method finished, so a stopped or still-running
-    run is compared on equal terms. Runs whose settings differ beyond :data:`MERGEABLE_SETTINGS`,
-    or that both hold the same method, are refused with a ``ValueError`` naming what differs.
+    run, or a run of fewer questions from the same draw, is compared on equal terms. Runs whose
+    settings differ beyond :data:`MERGEABLE_SETTINGS` and :data:`QUESTION_SETTINGS` (the latter
+    only with ``common``), or that both hold the same method, are refused with a ``ValueError``
+    naming what differs.
     """
     if not out_dirs:
         raise ValueError("no run folders given")
@@ -198,12 +204,15 @@ def merge_runs(out_dirs: Sequence[str | os.PathLike[str]], *, common: bool = Tru
         if not settings_file.exists():
             raise ValueError(f"{folder} holds no run ({SETTINGS_FILE} missing)")
         settings = json.loads(settings_file.read_text(encoding="utf-8"))
-        comparable = {k: v for k, v in settings.items() if k not in MERGEABLE_SETTINGS}
+        free = MERGEABLE_SETTINGS | (QUESTION_SETTINGS if common else frozenset())
+        comparable = {k: v for k, v in settings.items() if k not in free}
         if first is None:
             first = comparable
         elif comparable != first:
             diff = sorted(k for k in set(first) | set(comparable) if first.get(k) != comparable.get(k))
-            raise ValueError(f"{folder} was run with other settings ({', '.join(diff)}) than {out_dirs[0]}")
+            hint = " (other questions: compare them with common questions, without --all)" \
+                if set(diff) <= QUESTION_SETTINGS else ""
+            raise ValueError(f"{folder} was run with other settings ({', '.join(diff)}) than {out_dirs[0]}{hint}")
         folder_rows = read_results(folder / RESULTS_FILE)
         for method in {r["method"] for r in folder_rows}:
             if method in seen_methods:

@@ -262,6 +262,26 @@ def test_summarize_merges_runs_of_the_same_questions_on_the_questions_all_finish
         merge_runs([tmp_path / "empty"])
 
 
+def test_runs_of_other_sizes_from_one_draw_are_compared_on_the_questions_both_hold(app, data, tmp_path):
+    """As table 3 (100 questions, with a reply cache) beside table 1 (200, without)."""
+    common = ["--dataset", str(data), "--model", f"{H}:always_yes_model", "--no-progress", "--seed", "1",
+              "--temperature", "0"]
+    big, small = tmp_path / "big", tmp_path / "small"
+    assert CliRunner().invoke(app, ["eval", *common, "--limit", "5", "--method", "base", "--out", str(big)]).exit_code == 0
+    assert CliRunner().invoke(app, ["eval", *common, "--limit", "3", "--method", "cot", "--reply-cache",
+                                    "--out", str(small)]).exit_code == 0
+    ids = [set(json.loads((f / "run.json").read_text())["ids"]) for f in (big, small)]
+    shared = ids[0] & ids[1]
+    assert shared and len(shared) < 5
+    joined = CliRunner().invoke(app, ["summarize", str(big), str(small)])
+    assert joined.exit_code == 0, joined.output
+    assert f"{len(shared)} questions, 2 methods" in joined.output
+    assert f"| Base | {len(shared)} |" in joined.output
+    # every question of every run is not a table of paired rows: refused, with the way that works
+    every = CliRunner().invoke(app, ["summarize", str(big), str(small), "--all"], env={"COLUMNS": "300"})
+    assert every.exit_code != 0 and "ids, limit" in every.output and "common questions" in every.output
+
+
 def test_summarize_counts_what_the_monitors_rejections_changed(app, data, tmp_path):
     """The questions are reloaded from run.json to read each first rejected Conclusion as a label."""
     run = tmp_path / "run"
