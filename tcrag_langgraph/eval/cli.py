@@ -334,16 +334,16 @@ def _key(name: Optional[str]) -> Optional[str]:
 def _records_of_run(folder: Path) -> Optional[list[Any]]:
     """The questions a run folder was made from, loaded again from the settings in its run.json
     (None, with a line saying why, when the dataset cannot be loaded here)."""
-    from .datasets import DatasetError, load_dataset
     from .runner import SETTINGS_FILE
 
     settings = json.loads((folder / SETTINGS_FILE).read_text(encoding="utf-8"))
-    options: dict[str, Any] = {k: settings[k] for k in ("fields", "task", "answer_index_base") if settings.get(k) is not None}
-    try:
-        return load_dataset(settings["dataset"], split=settings.get("split"), with_context=bool(settings.get("context")),
-                            answer_format="long" if settings.get("long_answers") else "label", **options)
-    except (DatasetError, KeyError, OSError) as exc:
-        typer.echo(f"(rejections not counted: the run's dataset cannot be loaded here: {exc})", err=True)
+    try:  # as tcrag eval loaded them (--fields is kept as the JSON text given)
+        return _load_records(settings["dataset"], settings.get("split"), bool(settings.get("context")),
+                             bool(settings.get("long_answers")), settings.get("fields"), settings.get("task"),
+                             settings.get("answer_index_base"))
+    except (typer.BadParameter, KeyError, OSError) as exc:
+        why = exc.message if isinstance(exc, typer.BadParameter) else exc
+        typer.echo(f"(rejections not counted: the run's dataset cannot be loaded here: {why})", err=True)
         return None
 
 

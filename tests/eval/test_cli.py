@@ -304,3 +304,22 @@ def test_summarize_counts_what_the_monitors_rejections_changed(app, data, tmp_pa
     gone = CliRunner().invoke(app, ["summarize", str(run)])
     assert gone.exit_code == 0 and "| Base | 4 |" in gone.output
     assert "rejections not counted" in gone.output and "State-monitor rejections" not in gone.output
+
+
+def test_summarize_reloads_questions_with_the_runs_own_field_names_and_index_base(app, tmp_path):
+    """--fields is kept in run.json as the JSON text given, --answer-index-base beside it."""
+    path = tmp_path / "mcq.jsonl"
+    path.write_text("".join(json.dumps({"q": f"Which {i}?", "choices": ["x", "y"], "gold": 1}) + "\n" for i in range(2)))
+    run = tmp_path / "run"
+    args = ["eval", "--dataset", str(path), "--fields", '{"question": "q", "options": "choices", "answer": "gold"}',
+            "--answer-index-base", "0", "--method", "base", "--model", f"{H}:always_yes_model",
+            "--out", str(run), "--no-progress"]
+    assert CliRunner().invoke(app, args).exit_code == 0
+    assert json.loads((run / "run.json").read_text())["answer_index_base"] == 0
+    rows = [json.loads(line) for line in (run / "results.jsonl").read_text().splitlines()]
+    rows[0]["rejected"] = ["B"]  # right (index 1 of a 0-based list), and the final "yes" is no option
+    (run / "results.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    table = CliRunner().invoke(app, ["summarize", str(run)])
+    assert table.exit_code == 0, table.output
+    assert "rejections not counted" not in table.output
+    assert "| Base | 2 | 1 | 1 | 0 | 1 | 0 | 1 |" in table.output
