@@ -67,7 +67,8 @@ def test_every_module_belongs_to_a_known_layer():
     assert {part_of(m) for m in MODULES} <= set(ALLOWED), {part_of(m) for m in MODULES} - set(ALLOWED)
     # the parts a newcomer looks for are where the layout says
     for module in ("machine.kernel", "machine.graph", "machine.transitions", "monitor.scoring", "monitor.calibration",
-                   "models.local", "faces.cli", "faces.serve", "faces.studio", "methods.registry",
+                   "models.local", "models.resolve", "models.llama_cpp", "models.speculative", "monitor.own_model",
+                   "monitor.llama_cpp", "faces.cli", "faces.serve", "faces.studio", "methods.registry",
                    "methods.baselines", "methods.crp_rag", "methods.kag_thinker", "methods.diffrag", "tools.layer"):
         assert f"{PACKAGE}.{module}" in MODULES, module
 
@@ -87,3 +88,72 @@ def test_the_checker_sees_an_arrow_that_runs_back_up(tmp_path):
     targets = [t for _, t in imports_of(f"{PACKAGE}.machine.graph", bad)]
     assert targets == [f"{PACKAGE}.eval.calibration", f"{PACKAGE}.faces.cli"]
     assert {part_of(t) for t in targets} - ALLOWED["machine"] == {"eval", "faces"}
+
+
+def import_cycles(modules: dict[str, Path]) -> list[list[str]]:
+    """Groups of modules that import each other in a loop (every import, lazy and type-only ones
+    included; a package's ``__init__``, which only hands names on, is left out as a node)."""
+    inits = {m for m, p in modules.items() if p.name == "__init__.py"}
+
+    def owner(target: str) -> str:
+        while target and target not in modules:
+            target = target.rpartition(".")[0]
+        return target
+
+    arrows = {m: {owner(t) for _, t in imports_of(m, p)} - {m, ""} - inits
+              for m, p in modules.items() if m not in inits}
+    # Tarjan's strongly connected components, iteratively
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    cycles: list[list[str]] = []
+    for root in sorted(arrows):
+        if root in index:
+            continue
+        work = [(root, iter(sorted(arrows[root])))]
+        index[root] = low[root] = len(index)
+        stack.append(root)
+        on_stack.add(root)
+        while work:
+            node, children = work[-1]
+            child = next(children, None)
+            if child is not None:
+                if child not in index:
+                    index[child] = low[child] = len(index)
+                    stack.append(child)
+                    on_stack.add(child)
+                    work.append((child, iter(sorted(arrows.get(child, ())))))
+                elif child in on_stack:
+                    low[node] = min(low[node], index[child])
+                continue
+            work.pop()
+            if work:
+                low[work[-1][0]] = min(low[work[-1][0]], low[node])
+            if low[node] == index[node]:
+                group = []
+                while True:
+                    member = stack.pop()
+                    on_stack.discard(member)
+                    group.append(member)
+                    if member == node:
+                        break
+                if len(group) > 1:
+                    cycles.append(sorted(group))
+    return cycles
+
+
+def test_no_modules_import_each_other_in_a_loop():
+    """Session 12 removed four such loops (models.local <-> models.llama_cpp, monitor.scoring <->
+    monitor.llama_cpp, documents.store <-> documents.embeddings, three knowledge-graph files)."""
+    assert import_cycles(MODULES) == []
+
+
+def test_the_cycle_check_sees_a_lazy_and_a_type_only_loop(tmp_path):
+    files = {"a.py": "def f():\n    from .b import x\n",
+             "b.py": "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from .a import f\nx = 1\n",
+             "c.py": "from .a import f\n"}
+    for name, text in files.items():
+        (tmp_path / name).write_text(text)
+    modules = {f"{PACKAGE}.models.{n[:-3]}": tmp_path / n for n in files}
+    assert import_cycles(modules) == [[f"{PACKAGE}.models.a", f"{PACKAGE}.models.b"]]
