@@ -205,11 +205,9 @@ def _messages(stack, *, few_shot=True):
 
 
 def _ids(lm, messages):
-    from tcrag_langgraph.models.local import _role
-    from tcrag_langgraph.tools.layer.outcome import content_text
+    from tcrag_langgraph.models.local import chat_turns
 
-    chat = [{"role": _role(m), "content": content_text(m.content)} for m in messages]
-    return lm.tokenizer.apply_chat_template(chat, add_generation_prompt=True, tokenize=True, return_dict=True)["input_ids"]
+    return lm.tokenizer.apply_chat_template(chat_turns(messages), add_generation_prompt=True, tokenize=True, return_dict=True)["input_ids"]
 
 
 FRAMES = [

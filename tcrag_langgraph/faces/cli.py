@@ -234,26 +234,6 @@ def _render_result(console: Console, result: Any) -> None:
         console.print(f"[bold]Note:[/] {escape(result.error)}")
 
 
-def _quiet_library_progress() -> None:
-    """Keep the libraries' progress bars and warnings out of the live view: transformers' weight-load
-    bars and FutureWarnings, sentence-transformers' tqdm bars (the live view has its own status line)."""
-    import logging
-    import os
-    import warnings
-
-    os.environ.setdefault("TQDM_DISABLE", "1")
-    os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
-    warnings.filterwarnings("ignore", category=FutureWarning)
-    warnings.filterwarnings("ignore", category=UserWarning, module=r"(transformers|torch|sentence_transformers)\b")
-    for name in ("transformers", "sentence_transformers", "huggingface_hub", "httpx"):
-        logging.getLogger(name).setLevel(logging.ERROR)
-    if "transformers" in sys.modules:  # else TRANSFORMERS_VERBOSITY above holds when it loads
-        from transformers.utils import logging as hf_logging
-
-        hf_logging.disable_progress_bar()
-        hf_logging.set_verbosity_error()
-
-
 def _limit_threads(threads: int, chat: Any) -> None:
     """``--threads`` for every numeric library in the process: the BLAS/OpenMP pools already loaded
     (threadpoolctl; numpy's for the query embedding) and torch's, importing torch only when the
@@ -365,10 +345,10 @@ def ask(
     from ..machine.result import RunResult
     from ..models.local import LocalChatModel, LocalModelError
     from .run_options import (api_key_from_env, build_for_face, check_method, check_sigma, make_generator,
-                              make_scorer, make_tools, scripted_run)
+                              make_scorer, make_tools, quiet_library_progress, scripted_run)
 
     err = Console(stderr=True)
-    _quiet_library_progress()
+    quiet_library_progress()
     components: dict[str, Any] = {}
     try:
         check_method(method)

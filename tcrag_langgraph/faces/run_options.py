@@ -10,6 +10,7 @@ Nothing here loads a model: loading happens on the first call, after every check
 from __future__ import annotations
 
 import os
+import sys
 from typing import Any, Optional
 
 __all__ = ["FACE_DEFAULTS", "ES_URL_ENV", "ES_INDEX_ENV", "ES_API_KEY_ENV", "METHOD_ENV", "MODEL_ENV",
@@ -93,9 +94,9 @@ def api_key_from_env(name: Optional[str], *, flag: str = "--api-key-env") -> Opt
 def _is_provider_name(model: Optional[str]) -> bool:
     if model is None:
         return False
-    from ..models.resolve import _looks_like_path
+    from ..models.resolve import looks_like_path
 
-    return ":" in model and not _looks_like_path(model)
+    return ":" in model and not looks_like_path(model)
 
 
 def make_generator(model: Optional[str], *, base_url: Optional[str] = None, api_key: Optional[str] = None,
@@ -246,3 +247,24 @@ def build_for_face(method: str, *, model: Any, tools: list[Any], scorer: Any, co
         raise UserError("Not calibrated", str(exc)) from None
     except (ValueError, TypeError) as exc:
         raise UserError("Cannot build the agent", _validation_line(exc)) from None
+
+
+def quiet_library_progress() -> None:
+    """Keep the libraries' progress bars and warnings out of the live view: transformers' weight-load
+    bars and FutureWarnings, sentence-transformers' tqdm bars (the live view and the server's log have
+    their own status lines); ask and serve both call it."""
+    import logging
+    import os
+    import warnings
+
+    os.environ.setdefault("TQDM_DISABLE", "1")
+    os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+    warnings.filterwarnings("ignore", category=FutureWarning)
+    warnings.filterwarnings("ignore", category=UserWarning, module=r"(transformers|torch|sentence_transformers)\b")
+    for name in ("transformers", "sentence_transformers", "huggingface_hub", "httpx"):
+        logging.getLogger(name).setLevel(logging.ERROR)
+    if "transformers" in sys.modules:  # else TRANSFORMERS_VERBOSITY above holds when it loads
+        from transformers.utils import logging as hf_logging
+
+        hf_logging.disable_progress_bar()
+        hf_logging.set_verbosity_error()

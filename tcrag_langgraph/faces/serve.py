@@ -534,11 +534,10 @@ def register(app: Any) -> None:
         import uvicorn
         from pydantic import ValidationError as _ValidationError
 
-        from .cli import _quiet_library_progress
         from .run_options import (FACE_DEFAULTS, api_key_from_env, build_for_face, check_method, check_sigma,
-                                  make_generator, make_scorer, make_tools, scripted_run)
+                                  make_generator, make_scorer, make_tools, quiet_library_progress, scripted_run)
 
-        _quiet_library_progress()
+        quiet_library_progress()
         try:
             try:
                 users = UserDirectory.from_file(users_file) if users_file else None

@@ -52,9 +52,8 @@ from .gguf_files import check_gguf_file, check_gguf_magic, f16_copy, gguf_archit
 from .kv_cache import CacheStats
 from .llama_cpp_native import default_threads, quiet_native, require_gpu_offload
 from .llama_cpp_states import BranchStash, PrefixFiles, common_prefix, reusable_prefix
-from .local import LocalChatModel, LocalModelError, _role, default_model_source
+from .local import LocalChatModel, LocalModelError, chat_turns, default_model_source, message_role
 from .speculative import SpeculativeStats, speculative_greedy
-from ..tools.layer.outcome import content_text
 
 __all__ = [
     "LlamaCppModel",
@@ -169,15 +168,14 @@ class LlamaCppModel:
         """Token ids of the chat prompt, as ``tokenizer.apply_chat_template(..., add_generation_prompt=True)``."""
         from transformers.utils.chat_template_utils import render_jinja_template
 
-        chat = [{"role": _role(m), "content": content_text(m.content)} for m in messages]
-        rendered, _ = render_jinja_template(conversations=[chat], chat_template=self.chat_template,
+        rendered, _ = render_jinja_template(conversations=[chat_turns(messages)], chat_template=self.chat_template,
                                             add_generation_prompt=add_generation_prompt, **self.special_tokens_map())
         return self.tokenize(rendered[0], special=True)
 
     def fixed_prefix(self, messages: list[BaseMessage], prompt: list[int]) -> list[int]:
         """The tokens of ``prompt`` before its last user turn (system prompt, demonstrations): what
         every run of the same method and tools begins with."""
-        if len(messages) < 2 or _role(messages[-1]) != "user":
+        if len(messages) < 2 or message_role(messages[-1]) != "user":
             return []
         head = self.prompt_ids(messages[:-1], add_generation_prompt=False)
         return prompt[:common_prefix(head, prompt)]

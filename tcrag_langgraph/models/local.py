@@ -365,8 +365,7 @@ class LocalChatModel(BaseChatModel):
 
     def _prompt_ids(self, messages: list[BaseMessage]):
         tok = self.local_model.tokenizer
-        chat = [{"role": _role(m), "content": content_text(m.content)} for m in messages]
-        ids = tok.apply_chat_template(chat, add_generation_prompt=True, return_tensors="pt", return_dict=True)
+        ids = tok.apply_chat_template(chat_turns(messages), add_generation_prompt=True, return_tensors="pt", return_dict=True)
         return ids["input_ids"]
 
     def _generate(
@@ -488,8 +487,14 @@ def takes_generation_settings(model: Any) -> bool:
     return isinstance(model, LocalChatModel)
 
 
-def _role(message: BaseMessage) -> str:
+def message_role(message: BaseMessage) -> str:
+    """The chat-template role of a LangChain message (a tool or other message is a user turn)."""
     return {"human": "user", "ai": "assistant", "system": "system"}.get(message.type, "user")
+
+
+def chat_turns(messages: Sequence[BaseMessage]) -> list[dict[str, str]]:
+    """The messages as chat-template turns, the one way both local backends render a prompt."""
+    return [{"role": message_role(m), "content": content_text(m.content)} for m in messages]
 
 
 def chat_model_id(model: Any) -> str:

@@ -14,10 +14,11 @@ from langchain_core.language_models import BaseChatModel
 
 from .local import LocalChatModel
 
-__all__ = ["resolve_chat_model"]
+__all__ = ["resolve_chat_model", "looks_like_path"]
 
 
-def _looks_like_path(spec: str) -> bool:
+def looks_like_path(spec: str) -> bool:
+    """Whether a model spec names a file or folder rather than a ``provider:model`` name."""
     return spec.lower().endswith(".gguf") or spec.startswith((".", "/", "~")) or os.sep in spec or Path(spec).exists()
 
 
@@ -66,7 +67,7 @@ def resolve_chat_model(
     if backend is not None and backend not in ("auto", "llama_cpp", "transformers"):
         raise ValueError(f"unknown backend {backend!r}; use 'auto', 'llama_cpp' or 'transformers'")
     if backend not in (None, "auto") and (isinstance(spec, BaseChatModel) or (
-            isinstance(spec, str) and not _looks_like_path(spec.strip()))):
+            isinstance(spec, str) and not looks_like_path(spec.strip()))):
         raise ValueError("backend applies to local models only (a model folder, a .gguf file or the packaged default)")
     if isinstance(spec, BaseChatModel):
         given = [k for k, v in {**local_opts, **provider_kwargs}.items() if v is not None]
@@ -82,7 +83,7 @@ def resolve_chat_model(
     if not isinstance(spec, str) or not spec.strip():
         raise ValueError(f"model must be None, a path, a 'provider:model' string or a chat model, not {spec!r}")
     spec = spec.strip()
-    if _looks_like_path(spec):
+    if looks_like_path(spec):
         if provider_kwargs:
             raise ValueError(f"options {sorted(provider_kwargs)} only apply to 'provider:model' names")
         _check_model_path(Path(spec))
