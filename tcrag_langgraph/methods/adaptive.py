@@ -358,9 +358,10 @@ def _read_answer(fmt: Any, text: str) -> tuple[Optional[str], Any, Optional[str]
     """(the answer: the last ``Answer:`` line's content, its structured form, why it does not fit).
 
     Without such a line the answer is the whole reply when it fits (any reply without a format, as
-    CoT; with one, a reply that is just an allowed answer, as the direct baselines read theirs): the
-    1.5B answered the request for its final answer with a bare "No" or "Maybe", which one answer
-    rule for every method must not count as unparseable."""
+    CoT; with one, a reply the format check reads as one allowed answer, "No" or "Yes, because ...",
+    exactly as the direct baselines' replies are read): the 1.5B answered the request for its final
+    answer with a bare "No" or "Maybe", which one answer rule for every method must not count as
+    unparseable."""
     if not _has_answer(text):
         whole = text.strip()
         if fmt is None and whole:
