@@ -542,7 +542,9 @@ def register(app: typer.Typer) -> None:
         summary = summarize(table_rows(rows), labels=labels)
         typer.echo(f"{len({r['id'] for r in rows})} questions, {len({r['method'] for r in rows})} methods")
         typer.echo(summary_markdown(summary))
-        _report_rejections(rows, _records_of_run(runs[0]), out, labels=labels)
+        # the questions are reloaded (to read each rejected Conclusion) only when there is one
+        rejected = any(r.get("rejected") for r in rows)
+        _report_rejections(rows, _records_of_run(runs[0]) if rejected else None, out, labels=labels)
         _warn_mixed_code(rows)
         if out is not None:
             paths = write_summary(summary, out)

@@ -10,7 +10,7 @@ from typing import Optional
 
 from .cache_entries import has_record, prune_stale, record_source
 from .llama_cpp_native import default_threads, quiet_native
-from .local import LocalModelError
+from .local import LocalModelError, cache_dir
 
 __all__ = ["GGUF_MAGIC", "check_gguf_file", "check_gguf_magic", "gguf_architecture", "gguf_file_type", "f16_copy"]
 
@@ -24,13 +24,8 @@ def check_gguf_file(path: Path) -> None:
     file that is not GGUF, or a damaged header is named here with what is wrong, before llama.cpp
     sees it.
     """
-    if not path.is_file():
-        raise LocalModelError(f"GGUF file {path} does not exist")
+    check_gguf_magic(path)
     size = path.stat().st_size
-    with open(path, "rb") as fh:
-        magic = fh.read(4)
-    if magic != GGUF_MAGIC:
-        raise LocalModelError(f"{path} is not a GGUF file (it starts with {magic!r}, not {GGUF_MAGIC!r})")
     try:
         from gguf import GGUFReader
 
@@ -80,8 +75,6 @@ def f16_copy(path: "str | os.PathLike[str]", file_type: Optional[int] = None) ->
     import tempfile
 
     import llama_cpp
-
-    from .local import cache_dir
 
     src = Path(path).expanduser().resolve()
     if (file_type if file_type is not None else gguf_file_type(src)) in (0, 1):  # ALL_F32, MOSTLY_F16

@@ -52,7 +52,7 @@ from .gguf_files import check_gguf_file, check_gguf_magic, f16_copy, gguf_archit
 from .kv_cache import CacheStats
 from .llama_cpp_native import default_threads, quiet_native, require_gpu_offload
 from .llama_cpp_states import BranchStash, PrefixFiles, common_prefix, reusable_prefix
-from .local import LocalChatModel, LocalModelError, chat_turns, default_model_source, message_role
+from .local import LocalChatModel, LocalModelError, cache_dir, chat_turns, default_model_source, message_role
 from .speculative import SpeculativeStats, speculative_greedy
 
 __all__ = [
@@ -521,8 +521,6 @@ class LlamaCppChatModel(LocalChatModel):
 
 
 def _prefix_files() -> PrefixFiles:
-    from .local import cache_dir
-
     return PrefixFiles(cache_dir() / "llama-states")  # read per call: $TCRAG_CACHE_DIR may change
 
 
