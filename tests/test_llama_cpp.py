@@ -151,6 +151,25 @@ def test_a_gpu_device_for_llama_cpp_never_loads_torch():
         assert "REFUSED Invalid option: --device:" in out.stdout and "no GPU offload" in out.stdout, out.stdout
 
 
+def test_llama_cpp_is_imported_after_the_cxx_runtime_is_made_global():
+    """numpy loads libstdc++ locally; import_llama_cpp promotes it to the global scope before llama.cpp's
+    libraries load (a CUDA build crashed at model load without this: llama_cpp_native.share_cxx_runtime)."""
+    import subprocess
+    import sys
+
+    code = ("import ctypes, sys, numpy\n"
+            "glob = lambda: hasattr(ctypes.CDLL(None), '_ZNSt6locale7classicEv')\n"
+            "print('MAPPED', any('libstdc++' in line for line in open('/proc/self/maps')), 'BEFORE', glob())\n"
+            "from tcrag_langgraph.models.llama_cpp_native import import_llama_cpp\n"
+            "assert 'llama_cpp' not in sys.modules\n"
+            "mod = import_llama_cpp()\n"
+            "print('AFTER', glob(), mod.__name__)\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert "MAPPED True BEFORE False" in out.stdout, out.stdout  # the situation that crashed
+    assert "AFTER True llama_cpp" in out.stdout, out.stdout
+
+
 def test_a_gpu_on_a_cpu_only_build_is_a_clear_error():
     import llama_cpp
 

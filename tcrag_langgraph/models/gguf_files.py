@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Optional
 
 from .cache_entries import has_record, prune_stale, record_source
-from .llama_cpp_native import default_threads, quiet_native
+from .llama_cpp_native import default_threads, import_llama_cpp, quiet_native
 from .local import LocalModelError, cache_dir
 
 __all__ = ["GGUF_MAGIC", "check_gguf_file", "check_gguf_magic", "gguf_architecture", "gguf_file_type", "f16_copy"]
@@ -74,7 +74,7 @@ def f16_copy(path: "str | os.PathLike[str]", file_type: Optional[int] = None) ->
     import hashlib
     import tempfile
 
-    import llama_cpp
+    llama_cpp = import_llama_cpp()
 
     src = Path(path).expanduser().resolve()
     if (file_type if file_type is not None else gguf_file_type(src)) in (0, 1):  # ALL_F32, MOSTLY_F16
@@ -114,7 +114,7 @@ def gguf_file_type(path: Path) -> Optional[int]:
     """``general.file_type`` of a GGUF. llama.cpp reads it with a vocabulary-only load in ~0.1 s; the
     gguf reader (only where llama.cpp cannot read the file) parses every field, 4 s for a 49k-token
     vocabulary."""
-    import llama_cpp
+    llama_cpp = import_llama_cpp()
     import llama_cpp._internals as internals
 
     params = llama_cpp.llama_model_default_params()

@@ -50,7 +50,7 @@ from pydantic import Field, PrivateAttr, field_validator
 
 from .gguf_files import check_gguf_file, check_gguf_magic, f16_copy, gguf_architecture
 from .kv_cache import CacheStats
-from .llama_cpp_native import default_threads, quiet_native, require_gpu_offload
+from .llama_cpp_native import default_threads, import_llama_cpp, quiet_native, require_gpu_offload
 from .llama_cpp_states import BranchStash, PrefixFiles, common_prefix, reusable_prefix
 from .local import LocalChatModel, LocalModelError, cache_dir, chat_turns, default_model_source, message_role
 from .speculative import SpeculativeStats, speculative_greedy
@@ -75,7 +75,7 @@ BACKENDS = ("auto", "llama_cpp", "transformers")
 def llama_cpp_available() -> bool:
     """Whether llama-cpp-python can be imported (it is a dependency; a broken build says no)."""
     try:
-        import llama_cpp  # noqa: F401
+        import_llama_cpp()
     except Exception:  # noqa: BLE001 - a missing shared library is an OSError, not an ImportError
         return False
     return True
@@ -125,7 +125,7 @@ class LlamaCppModel:
         return self.llm._model.token_get_text(token_id)
 
     def is_eog(self, token_id: int) -> bool:
-        import llama_cpp
+        llama_cpp = import_llama_cpp()
 
         return bool(llama_cpp.llama_vocab_is_eog(self.llm._model.vocab, token_id))
 
@@ -183,7 +183,7 @@ class LlamaCppModel:
 
 @lru_cache(maxsize=4)
 def _load(path: str, n_ctx: int, n_threads: int, n_gpu_layers: int, name: Optional[str] = None) -> LlamaCppModel:
-    import llama_cpp
+    llama_cpp = import_llama_cpp()
 
     file = Path(path)
     check_gguf_magic(file)  # the full check (a few seconds for a large vocabulary) only if llama.cpp fails

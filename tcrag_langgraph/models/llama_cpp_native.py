@@ -4,19 +4,55 @@ silencing llama.cpp's own prints, GPU offload, and batches that ask for logits a
 
 from __future__ import annotations
 
+import ctypes
+import functools
 import math
 import os
+import sys
 from typing import Any, Callable
 
 from .local import LocalModelError
 
-__all__ = ["quiet_native", "default_threads", "require_gpu_offload", "decode_at", "logits_row", "log_softmax_at"]
+__all__ = ["import_llama_cpp", "quiet_native", "default_threads", "require_gpu_offload", "decode_at", "logits_row", "log_softmax_at"]
+
+
+@functools.cache
+def share_cxx_runtime() -> bool:
+    """Put the C++ runtime (libstdc++) in the process's global symbol scope; True if it is there.
+
+    Why: a CUDA build of llama.cpp crashed (SIGSEGV in ``std::regex``, compiling the tokenizer's
+    pre-split pattern at model load) in any process where libstdc++ had been loaded *locally* before
+    llama.cpp's libraries: by numpy, torch or jaxtyping, say (an H100, llama-cpp-python 0.3.36, nvcc
+    13.0; benchmarks/RESULTS.md section 12, session 13). Loading libstdc++ with RTLD_GLOBAL first, or
+    promoting the copy already loaded, made every one of those processes load and generate. It is the
+    same file either way, so CPU-only processes lose nothing. Linux only; elsewhere a no-op.
+    """
+    if not sys.platform.startswith("linux"):
+        return False
+    for flags in (os.RTLD_GLOBAL | os.RTLD_NOLOAD, os.RTLD_GLOBAL):  # promote the loaded copy, else load one
+        try:
+            ctypes.CDLL("libstdc++.so.6", mode=flags)
+            return True
+        except OSError:
+            continue
+    return False  # no libstdc++ here (a static or musl build): nothing to share
+
+
+def import_llama_cpp():
+    """The ``llama_cpp`` module, imported only after :func:`share_cxx_runtime`. Every use of llama.cpp
+    in this package goes through here; a ``llama_cpp`` imported by the application before any model
+    of ours was loaded is too late for the promotion (call this function first in such code)."""
+    share_cxx_runtime()
+    import llama_cpp
+
+    return llama_cpp
 
 
 class quiet_native:
     """Silence llama.cpp's own prints (C-level stdout/stderr) for a block."""
 
     def __enter__(self):
+        import_llama_cpp()
         from llama_cpp._utils import suppress_stdout_stderr
 
         self._inner = suppress_stdout_stderr(disable=False)
@@ -42,7 +78,7 @@ def default_threads() -> int:
 
 def require_gpu_offload() -> None:
     """LocalModelError unless this llama-cpp-python build can offload layers to a GPU."""
-    import llama_cpp
+    llama_cpp = import_llama_cpp()
 
     if not llama_cpp.llama_supports_gpu_offload():
         raise LocalModelError(
@@ -53,7 +89,7 @@ def require_gpu_offload() -> None:
 def decode_at(ctx: Any, batch: Any, ids: list[int], start_pos: int, want: Callable[[int], bool]) -> list[int]:
     """Decode ``ids`` at positions ``start_pos..`` in sequence 0, asking for logits where ``want(pos)``;
     returns the batch indices that have logits (for ``llama_get_logits_ith``)."""
-    import llama_cpp
+    llama_cpp = import_llama_cpp()
 
     b = batch.batch
     b.n_tokens = len(ids)
@@ -75,7 +111,7 @@ def decode_at(ctx: Any, batch: Any, ids: list[int], start_pos: int, want: Callab
 
 def logits_row(ctx: Any, i: int, n_vocab: int):
     import numpy as np
-    import llama_cpp
+    llama_cpp = import_llama_cpp()
 
     ptr = llama_cpp.llama_get_logits_ith(ctx.ctx, i)
     return np.ctypeslib.as_array(ptr, shape=(n_vocab,)).copy()

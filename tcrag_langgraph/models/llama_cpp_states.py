@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any, Optional, Sequence
 
 from .cache_entries import prune_stale, record_source
+from .llama_cpp_native import import_llama_cpp
 
 __all__ = ["SavedSequence", "BranchStash", "PrefixFiles", "common_prefix", "reusable_prefix", "snapshot", "restore"]
 
@@ -64,7 +65,7 @@ class SavedSequence:
 
 def snapshot(llm: Any, n: int) -> SavedSequence:
     """The state of ``llm``'s sequence 0, which must hold exactly its first ``n`` evaluated tokens."""
-    import llama_cpp
+    llama_cpp = import_llama_cpp()
 
     ctx = llm._ctx.ctx
     size = llama_cpp.llama_state_seq_get_size(ctx, 0)
@@ -77,7 +78,7 @@ def snapshot(llm: Any, n: int) -> SavedSequence:
 
 def restore(llm: Any, saved: SavedSequence) -> None:
     """Make ``saved`` the content of ``llm``'s sequence 0 (and of llama-cpp-python's token record)."""
-    import llama_cpp
+    llama_cpp = import_llama_cpp()
 
     llm._ctx.kv_cache_seq_rm(0, 0, -1)
     read = llama_cpp.llama_state_seq_set_data(llm._ctx.ctx, saved.data, len(saved.data), 0)
@@ -150,7 +151,7 @@ class PrefixFiles:
         self.max_files = max_files
 
     def path_for(self, model_path: str, prefix: Sequence[int]) -> Path:
-        import llama_cpp
+        llama_cpp = import_llama_cpp()
 
         src = Path(model_path).resolve()
         stat = src.stat()
@@ -175,7 +176,7 @@ class PrefixFiles:
         return "saved"
 
     def _load(self, llm: Any, path: Path, prefix: list[int]) -> bool:
-        import llama_cpp
+        llama_cpp = import_llama_cpp()
 
         tokens = (llama_cpp.llama_token * len(prefix))()
         count = ctypes.c_size_t(0)
@@ -193,7 +194,7 @@ class PrefixFiles:
         return True
 
     def _save(self, llm: Any, path: Path, prefix: list[int], model_path: str) -> None:
-        import llama_cpp
+        llama_cpp = import_llama_cpp()
 
         if not path.parent.is_dir():  # this model's first state: name its source, drop stale folders
             path.parent.mkdir(parents=True, exist_ok=True)

@@ -12,7 +12,7 @@ from typing import Any, Callable, Optional
 
 from ..models.gguf_files import f16_copy
 from ..models.llama_cpp import LlamaCppChatModel, LlamaCppModel, load_llama_model
-from ..models.llama_cpp_native import decode_at, default_threads, log_softmax_at, logits_row, quiet_native
+from ..models.llama_cpp_native import decode_at, default_threads, import_llama_cpp, log_softmax_at, logits_row, quiet_native
 from ..models.local import LocalModelError
 from .scoring import LocalLMScorer, TokenStat, scored_sequence, token_logprobs_to_metric
 
@@ -149,7 +149,7 @@ class LlamaCppScorer:
 
     def _state(self, lm: LlamaCppModel, need: int) -> _ScoreState:
         """The scoring weights and a context of at least ``need`` tokens (created on first use)."""
-        import llama_cpp
+        llama_cpp = import_llama_cpp()
         import llama_cpp._internals as internals
 
         state = lm.scoring.get(self.precision)
