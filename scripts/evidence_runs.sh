@@ -39,9 +39,15 @@ COMMON=(--model "$M" --max-new-tokens 150 --temperature 0 --no-progress)
 #    questions when two defects showed in it (a bare "No" to the final-answer request refused; the
 #    prompt line naming actions a run does not offer). Session 12 ran this from a checkout pinned at
 #    de82ff6 (git worktree + its own non-editable install), so edits to main could not change it midway.
+#    Session 13 split it by method into two folders run side by side (one thread each, twice the
+#    throughput of one process), each started from test15-adaptive2's rows of its methods (37 questions)
+#    and a copy of its reply cache; `tcrag summarize test15-adaptive2a test15-adaptive2b` joins them.
 .venv/bin/tcrag eval --dataset pubmedqa --split test --limit 100 --seed 0 --no-context --tools docs --reply-cache \
-    --method flare,dragin,fl-rag,fs-rag,self-rag,wo-backtrack,wo-summary \
-    --sigma-cppl 73.07 --max-steps 8 "${COMMON[@]}" --out "$RUNS/test15-adaptive2"
+    --method flare,dragin,fs-rag --sigma-cppl 73.07 --max-steps 8 "${COMMON[@]}" --out "$RUNS/test15-adaptive2a" &
+.venv/bin/tcrag eval --dataset pubmedqa --split test --limit 100 --seed 0 --no-context --tools docs --reply-cache \
+    --method fl-rag,self-rag,wo-backtrack,wo-summary --sigma-cppl 73.07 --max-steps 8 "${COMMON[@]}" \
+    --out "$RUNS/test15-adaptive2b"
+wait
 
 # 4. PubMedQA-L test, 50 questions: the papers' other methods. Not all from the 200: random.sample draws
 #    a sample of 50 another way than one of 100 or 200, so 48 of these 50 are in table 1 (and 47 in
