@@ -98,7 +98,8 @@ def fresh_run(**extra: Any) -> dict[str, Any]:
     """The keys every method resets when a run starts (a thread's earlier turn must not leak in)."""
     return {"trace": [], "steps": 0, "llm_calls": 0, "tool_calls": 0, "format_retries": 0,
             "token_usage": {"prompt": 0, "completion": 0}, "answer": None, "structured_answer": None,
-            "answer_validated": False, "halt_reason": None, "error": None, "state_value": None, **extra}
+            "answer_validated": False, "halt_reason": None, "error": None, "state_value": None, "knowledge": [],
+            **extra}
 
 
 class RunKernel:

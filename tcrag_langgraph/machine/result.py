@@ -31,6 +31,12 @@ class Source(BaseModel):
     step: int = 0
 
 
+def _texts(items: Any) -> list[str]:
+    """The ``"text"`` of each read piece (``knowledge``, or the adaptive methods' retrieval rounds in
+    ``evidence``, which share its item shape); errors and other shapes are skipped."""
+    return [k["text"] for k in items or [] if isinstance(k, Mapping) and isinstance(k.get("text"), str)]
+
+
 class RunResult(BaseModel):
     """Answer, validation, why the run stopped, the state value, costs, and the stack and trace."""
 
@@ -82,8 +88,7 @@ class RunResult(BaseModel):
             token_usage=dict(state.get("token_usage") or {}),
             sources=sources,
             stack=stack,
-            evidence=observations(stack) if stack else [
-                k["text"] for k in state.get("knowledge") or [] if isinstance(k, Mapping) and "text" in k],
+            evidence=observations(stack) if stack else _texts(state.get("knowledge")) or _texts(state.get("evidence")),
             trace=list(state.get("trace") or []),
         )
 

@@ -189,6 +189,10 @@ class MethodState(TypedDict, total=False):
     steps: int
     token_usage: dict[str, int]
     trace: list[TraceEvent]  # replaced, not appended, so a new question on a thread starts clean
+    #: what a method without a stack read before answering, one item per piece:
+    #: ``{"text": ...}`` (errors as ``{"error": ...}``, never evidence), optionally with ``"tool"``;
+    #: RunResult.evidence reads the texts (TC-RAG's evidence is the tool observations on its stack)
+    knowledge: list[dict[str, Any]]
 
 
 class TCRAGState(MethodState, total=False):

@@ -55,7 +55,6 @@ _SYSTEM = {
 
 
 class DirectState(MethodState, total=False):
-    knowledge: list[dict[str, Any]]
     raw_output: str
 
 
@@ -90,13 +89,13 @@ class _Direct(RunKernel):
         Literal["Answer", "__end__"]
     ]:
         cfg, _ = self.settings(config, runtime)
-        return self.begin(state, config, cfg, goto="Answer", fresh=fresh_run(knowledge=[], raw_output=""))
+        return self.begin(state, config, cfg, goto="Answer", fresh=fresh_run(raw_output=""))
 
     def start_retrieving(self, state: DirectState, config: RunnableConfig, runtime: Runtime) -> Command[
         Literal["Retrieve", "__end__"]
     ]:
         cfg, _ = self.settings(config, runtime)
-        return self.begin(state, config, cfg, goto="Retrieve", fresh=fresh_run(knowledge=[], raw_output=""))
+        return self.begin(state, config, cfg, goto="Retrieve", fresh=fresh_run(raw_output=""))
 
     def retrieve(self, state: DirectState, config: RunnableConfig, runtime: Runtime) -> Command[Literal["Answer"]]:
         cfg, _ = self.settings(config, runtime)

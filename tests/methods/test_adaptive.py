@@ -26,6 +26,22 @@ def test_without_an_answer_line_after_max_pieces_the_answer_is_asked_for():
     assert out["retrieval_rounds"] == 3
 
 
+def test_every_retrieved_passage_is_the_runs_evidence_and_errors_are_not():
+    from langchain_core.tools import StructuredTool
+
+    from tcrag_langgraph.machine.result import RunResult
+
+    def down(query: str) -> str:
+        raise RuntimeError("backend down")
+
+    out, _ = run(["One.", "Two.", "Answer: yes"])
+    assert RunResult.from_state(out).evidence == [f"Passage on {e['query']}" for e in out["evidence"]]
+    assert [e["query"] for e in out["evidence"]] == [Q, "One.", "Two."]
+    graph = build_fs_rag_graph(model=recording_model(["One.", "Answer: yes"]), tools=[StructuredTool.from_function(down, name="DOC_RAG", description="always fails")])
+    out = graph.invoke({"question": Q})
+    assert out["evidence"] and RunResult.from_state(out).evidence == []
+
+
 def test_a_sentence_already_written_or_an_empty_reply_ends_the_writing():
     out, _ = run(["It helps.", "It helps.", "Answer: yes"])
     assert out["draft"] == "It helps." and out["answer"] == "yes" and out["llm_calls"] == 3

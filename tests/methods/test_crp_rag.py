@@ -16,6 +16,7 @@ from langgraph.checkpoint.memory import InMemorySaver
 from pydantic import PrivateAttr
 
 from tcrag_langgraph.machine.config import TCRAGConfig
+from tcrag_langgraph.machine.result import RunResult
 from tcrag_langgraph.faces.integration import checkpoint_serde, tcrag_events
 from tcrag_langgraph.methods.crp_rag import (
     CRPRAGOptions,
@@ -297,6 +298,9 @@ def test_aggregation_prompt_has_the_papers_three_parts_and_every_tool_result():
     node = out["nodes"][0]
     assert node["knowledge"] == "Common: biguanide." and node["evidence"] == ["DOC_RAG", "KG_RAG"]
     assert out["tool_calls"] == 2 and out["llm_calls"] == 4 and out["answer"] == "biguanide"
+    # what the path answer read is the run's evidence (RunResult, the eval rows)
+    assert out["knowledge"] == [{"text": "Common: biguanide."}]
+    assert RunResult.from_state(out).evidence == ["Common: biguanide."]
 
 
 def test_sufficiency_by_scorer_threshold_and_per_run_override():

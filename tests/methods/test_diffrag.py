@@ -262,6 +262,8 @@ def test_run_recalls_along_the_path_and_answers_from_evidence_with_sources():
     assert [(type(m).__name__, m.content) for m in out["messages"]] == [("HumanMessage", Q), ("AIMessage", "metformin")]
     result = RunResult.from_state(out)
     assert result.answer == "metformin" and result.halt_reason == "answered" and result.llm_calls == 2
+    # the evidence a row records is the text the answering model read, passages included
+    assert len(result.evidence) == 1 and result.evidence[0] in answer_prompt and "diab#0" in result.evidence[0]
 
 
 def test_unparseable_path_falls_back_to_the_question_and_says_so():

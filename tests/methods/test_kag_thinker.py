@@ -186,6 +186,18 @@ def test_tool_errors_are_never_evidence():
     assert retrieve["calls"] == [{"tool": "DOC", "error": "exception"}]
     assert out["llm_calls"] == 1  # no focus call over nothing
     assert out["solutions"][0]["resolved"] is False and out["answer_validated"] is False
+    assert out["knowledge"] == [] and RunResult.from_state(out).evidence == []
+
+
+def test_the_retrieved_references_are_the_runs_evidence():
+    seen: list[str] = []
+    plan = "Step1: Who hosts Splash?\nAction1: Retrieval(s=s1:show['Splash'], p=p1:host, o=o1:person)"
+    out = build_kag_thinker_graph(model=sequence_model(plan, "<answer>Ann Lee</answer>"),
+                                  tools=[recording_tool("DOC", "Splash is hosted by Ann Lee ({input}).", seen)],
+                                  options={"knowledge_boundary": False}).invoke({"question": "Host?"})
+    assert out["answer"] == "Ann Lee" and len(seen) == 1
+    assert out["knowledge"] == [{"tool": "DOC", "text": f"Splash is hosted by Ann Lee ({seen[0]})."}]
+    assert RunResult.from_state(out).evidence == [f"Splash is hosted by Ann Lee ({seen[0]})."]
 
 
 def test_math_from_references_and_model_written_expression_with_refusal():

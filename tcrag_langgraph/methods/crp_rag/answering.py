@@ -63,6 +63,9 @@ class AnswerNodes(KnowledgeNodes):
         answers: list[str] = []
         final_messages: list[BaseMessage] = []
         retries = 0
+        # what the path answers read: each node's knowledge once, in path order
+        on_paths = dict.fromkeys(node_id for path in state["paths"] for node_id in path)
+        read = [{"text": node["knowledge"]} for node in (node_by_id(nodes, i) for i in on_paths) if node["knowledge"]]
         try:
             for path in state["paths"]:
                 conditions: list[str] = []
@@ -99,8 +102,8 @@ class AnswerNodes(KnowledgeNodes):
                 structured, problem = answer_format.check(fmt, final)
         except RunFailure as failure:
             return self.end(state, config, counters, events, reason=failure.reason, error=str(failure),
-                             extra={"path_answers": answers})
-        extra = {"path_answers": answers, "format_retries": retries,
+                             extra={"path_answers": answers, "knowledge": read})
+        extra = {"path_answers": answers, "format_retries": retries, "knowledge": read,
                  "structured_answer": structured if fmt is not None and problem is None else None}
         if not final:
             return self.end(state, config, counters, events, reason="format_error", error="the final answer is empty",

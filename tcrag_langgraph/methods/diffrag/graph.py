@@ -159,8 +159,9 @@ class _DiffRAG(RunKernel):
         work.update(self.counters(state), steps=step)
         recalled = [RecalledTriple.model_validate(e) for e in state.get("evidence", [])]
         path = "\n".join(" | ".join(r) for r in state.get("reasoning_path", [])) or "(none)"
-        prompt = (f"Reasoning path:\n{path}\n\nEvidence:\n{evidence_text(recalled, max_tokens=opts.max_evidence_tokens)}"
-                  f"\n\nQuestion:\n{state['question']}")
+        read = evidence_text(recalled, max_tokens=opts.max_evidence_tokens)
+        prompt = f"Reasoning path:\n{path}\n\nEvidence:\n{read}\n\nQuestion:\n{state['question']}"
+        work["knowledge"] = [{"text": read}] if recalled else []
         fmt = cfg.answer_format
         rule = answer_format.instructions(fmt)
         system = ANSWER_SYSTEM + (f" The line after 'Answer:' is your Conclusion. {rule}" if rule else "")

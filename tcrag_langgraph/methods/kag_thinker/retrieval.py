@@ -77,6 +77,7 @@ class _RetrievalNodes(_SolverCore):
         references, called = self.retrieve(work, depth["query"], cfg, options, config)
         work["trace"] = self.event({**state, **work}, config, action="Retrieve", content=depth["query"],
                                    detail={"step": form.index, "turn": turn, "calls": called})
+        work["knowledge"] = [*(state.get("knowledge") or []), *({"tool": tool, "text": text} for tool, text in references)]
         if not references:  # nothing usable came back: a further turn would ask the same tools again
             return self.unresolved(state, work, config, form, depth, turn, why="no usable references")
         answers = self.answers(state)
