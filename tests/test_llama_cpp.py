@@ -125,9 +125,10 @@ def test_sampling_uses_the_seed(chat):
 
 def test_a_gpu_device_for_llama_cpp_never_loads_torch():
     """Asking llama.cpp for a GPU reads the device string and asks the llama-cpp-python build, never
-    torch: on an H200 the CUDA build of llama.cpp crashed at model load in any process that had
-    imported torch (benchmarks/RESULTS.md section 12), and the CPU-only torch pinned here would refuse a
-    GPU that llama.cpp can use. The answer on a CPU-only build is the build's own clear error."""
+    torch: torch is hundreds of MB the llama.cpp path does not need (and, before share_cxx_runtime, a
+    process that had imported it crashed the CUDA build of llama.cpp at model load; benchmarks/RESULTS.md
+    section 12), and the CPU-only torch pinned here would refuse a GPU that llama.cpp can use. The answer
+    on a CPU-only build is the build's own clear error."""
     code = ("import sys\n"
             "from tcrag_langgraph.models.llama_cpp import LlamaCppChatModel\n"
             "from tcrag_langgraph.faces.run_options import UserError, make_generator\n"
@@ -154,9 +155,6 @@ def test_a_gpu_device_for_llama_cpp_never_loads_torch():
 def test_llama_cpp_is_imported_after_the_cxx_runtime_is_made_global():
     """numpy loads libstdc++ locally; import_llama_cpp promotes it to the global scope before llama.cpp's
     libraries load (a CUDA build crashed at model load without this: llama_cpp_native.share_cxx_runtime)."""
-    import subprocess
-    import sys
-
     code = ("import ctypes, sys, numpy\n"
             "glob = lambda: hasattr(ctypes.CDLL(None), '_ZNSt6locale7classicEv')\n"
             "print('MAPPED', any('libstdc++' in line for line in open('/proc/self/maps')), 'BEFORE', glob())\n"
