@@ -70,7 +70,7 @@ _COMMAND_MODULES = (
     "tcrag_langgraph.tools.indexing",
     "tcrag_langgraph.tools.kg_build",
     "tcrag_langgraph.eval.cli",
-    "tcrag_langgraph.faces.serve",
+    "tcrag_langgraph.faces.serve_command",
 )
 
 #: TCRAGConfig fields that are no flag of ``tcrag ask``, and why.
