@@ -1,6 +1,7 @@
 """Low-level llama.cpp access shared by the chat model (:mod:`.llama_cpp`), the exact scorer
-(:mod:`tcrag_langgraph.monitor.llama_cpp`) and speculative decoding (:mod:`.speculative`): threads,
-silencing llama.cpp's own prints, GPU offload, and batches that ask for logits at chosen positions."""
+(:mod:`tcrag_langgraph.monitor.llama_cpp`) and speculative decoding (:mod:`.speculative`): importing
+llama.cpp safely (:func:`import_llama_cpp`), threads, silencing llama.cpp's own prints, GPU offload, and
+batches that ask for logits at chosen positions."""
 
 from __future__ import annotations
 
