@@ -5,7 +5,9 @@ method's own bookkeeping:
 
 * **LLM interactions**: chat-model (or LLM) calls started, format re-prompts included. The state
   monitor's scoring passes are not interactions (they are forward passes, not generations).
-* **Retrievals**: tool calls started (``tool_errors`` counts the ones that failed).
+* **Retrievals**: tool calls started (``tool_errors`` counts the ones that failed), plus the recalls a
+  method makes from its own knowledge without a tool (TCM-DiffRAG's graph recall: one per
+  ``Recall`` push in its live events, :data:`OWN_RETRIEVAL_ACTIONS`).
 * **Tokens**: cl100k tokens (tiktoken, :func:`tcrag_langgraph.tools.tokens.count_tokens`) of every prompt
   message sent and every completion received. ``completion_tokens`` is what the model wrote;
   ``total_tokens`` adds the prompts, which for a stack machine grow with the stack.
@@ -33,12 +35,17 @@ from uuid import UUID
 
 from langchain_core.callbacks import BaseCallbackHandler
 
+from ..machine.events import EVENT_NAME
 from ..tools.layer.outcome import content_text
 from ..tools.layer import is_tool_error
 from ..tools.tokens import count_tokens
 from .reply_cache import HIT_KEY, SECONDS_KEY
 
-__all__ = ["UsageMeter", "QuestionCost", "count_stack_ops", "question_cost", "mean_costs", "COST_FIELDS"]
+__all__ = ["UsageMeter", "QuestionCost", "count_stack_ops", "question_cost", "mean_costs", "COST_FIELDS",
+           "OWN_RETRIEVAL_ACTIONS"]
+
+#: Live-event actions that are a retrieval made without a tool (TCM-DiffRAG recalls from its own graph).
+OWN_RETRIEVAL_ACTIONS = frozenset({"Recall"})
 
 COST_FIELDS = (
     "llm_calls",
@@ -126,6 +133,13 @@ class UsageMeter(BaseCallbackHandler):
     def on_tool_error(self, error: BaseException, *, run_id: UUID, **kwargs: Any) -> None:
         with self._lock:
             self.tool_errors += 1
+
+    # ----- retrievals without a tool -----
+    def on_custom_event(self, name: str, data: Any, *, run_id: UUID, **kwargs: Any) -> None:
+        if (name == EVENT_NAME and isinstance(data, Mapping) and data.get("op") == "push"
+                and data.get("action") in OWN_RETRIEVAL_ACTIONS):
+            with self._lock:
+                self.retrievals += 1
 
 
 @dataclass(frozen=True)

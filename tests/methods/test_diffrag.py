@@ -266,6 +266,16 @@ def test_run_recalls_along_the_path_and_answers_from_evidence_with_sources():
     assert len(result.evidence) == 1 and result.evidence[0] in answer_prompt and "diab#0" in result.evidence[0]
 
 
+def test_the_graph_recall_counts_as_one_retrieval_in_the_eval_costs():
+    from tcrag_langgraph.eval.efficiency import UsageMeter
+
+    graph, _ = _graph(["? | is first-line drug for | type 2 diabetes", "Metformin.\nAnswer: metformin"])
+    meter = UsageMeter()
+    out = graph.invoke({"question": Q}, config={"callbacks": [meter]})
+    assert out["answer"] == "metformin" and out["tool_calls"] == 0
+    assert meter.retrievals == 1 and meter.llm_calls == 2 and meter.tool_names == []
+
+
 def test_unparseable_path_falls_back_to_the_question_and_says_so():
     graph, model = _graph(["I am not sure.", "still prose", "Answer: metformin"])
     out = graph.invoke({"question": Q})
