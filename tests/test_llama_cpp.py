@@ -141,15 +141,14 @@ def test_a_gpu_device_for_llama_cpp_never_loads_torch():
             "except UserError as exc:\n"
             "    print('REFUSED', exc)\n"
             "print('TORCH', 'torch' in sys.modules)\n")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
-    assert out.returncode == 0, out.stderr[-2000:]
-    assert "TORCH False" in out.stdout, out.stdout
+    out = _fresh_python(code)
+    assert "TORCH False" in out, out
     import llama_cpp
 
     if llama_cpp.llama_supports_gpu_offload():
-        assert "ACCEPTED True" in out.stdout, out.stdout
+        assert "ACCEPTED True" in out, out
     else:
-        assert "REFUSED Invalid option: --device:" in out.stdout and "no GPU offload" in out.stdout, out.stdout
+        assert "REFUSED Invalid option: --device:" in out and "no GPU offload" in out, out
 
 
 def test_llama_cpp_is_imported_after_the_cxx_runtime_is_made_global():
@@ -162,10 +161,16 @@ def test_llama_cpp_is_imported_after_the_cxx_runtime_is_made_global():
             "assert 'llama_cpp' not in sys.modules\n"
             "mod = import_llama_cpp()\n"
             "print('AFTER', glob(), mod.__name__)\n")
+    out = _fresh_python(code)
+    assert "MAPPED True BEFORE False" in out, out  # the situation that crashed
+    assert "AFTER True llama_cpp" in out, out
+
+
+def _fresh_python(code: str) -> str:
+    """``code`` run by a new interpreter (nothing imported yet); its stdout, after a zero exit."""
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr[-2000:]
-    assert "MAPPED True BEFORE False" in out.stdout, out.stdout  # the situation that crashed
-    assert "AFTER True llama_cpp" in out.stdout, out.stdout
+    return out.stdout
 
 
 def test_a_gpu_on_a_cpu_only_build_is_a_clear_error():
