@@ -50,7 +50,7 @@ from pydantic import Field, PrivateAttr, field_validator
 
 from .gguf_files import check_gguf_file, check_gguf_magic, f16_copy, gguf_architecture
 from .kv_cache import CacheStats
-from .llama_cpp_native import default_threads, import_llama_cpp, quiet_native, require_gpu_offload
+from .llama_cpp_native import default_threads, import_llama_cpp, require_gpu_offload
 from .llama_cpp_states import BranchStash, PrefixFiles, common_prefix, reusable_prefix
 from .local import LocalChatModel, LocalModelError, cache_dir, chat_turns, default_model_source, message_role
 from .speculative import SpeculativeStats, speculative_greedy

@@ -12,8 +12,7 @@ from typing import Any, Callable, Optional
 
 from ..models.gguf_files import f16_copy
 from ..models.llama_cpp import LlamaCppChatModel, LlamaCppModel, load_llama_model
-from ..models.llama_cpp_native import decode_at, default_threads, import_llama_cpp, log_softmax_at, logits_row, quiet_native
-from ..models.local import LocalModelError
+from ..models.llama_cpp_native import decode_at, import_llama_cpp, log_softmax_at, logits_row, quiet_native
 from .scoring import LocalLMScorer, TokenStat, scored_sequence, token_logprobs_to_metric
 
 __all__ = ["LlamaCppScorer", "PRECISIONS"]
