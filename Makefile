@@ -19,9 +19,10 @@ $(STAMP): pyproject.toml
 
 install: $(STAMP)
 
-# One torch thread: on a shared 2-core machine two spinning threads run several times slower
-# (benchmarks/RESULTS.md). ASK_ARGS="--threads 2" on an idle machine.
-ASK_ARGS ?= --threads 1
+# llama.cpp's threads default to the cores this process may use: with both cores free the main job
+# is faster with two (10.9 s against 12.1 s, benchmarks/RESULTS.md section 13). On a busy machine
+# llama.cpp's spinning threads can run slower than one: ASK_ARGS="--threads 1" (or TCRAG_THREADS=1).
+ASK_ARGS ?=
 ask: $(STAMP)
 	$(BIN)/tcrag ask "$(Q)" $(ASK_ARGS)
 
