@@ -302,6 +302,16 @@ class ActiveRetrievalKernel(RunKernel):
         work["trace"] = self.record(work.get("trace"), config, event)
 
 
+#: What the first piece is asked for: reasoning before the answer. Asked only to "Write your answer."
+#: after a question ending "Answer with yes, no or maybe.", Qwen2.5-Coder-1.5B opened 375 of 554 drafts
+#: with a bare "Maybe" (PubMedQA-L test, table 3 of docs/evaluation.md), and the final answer repeated
+#: it. This wording was chosen on PubMedQA-L trainval (docs/evaluation.md, "The adaptive methods'
+#: first piece").
+FIRST_PIECE_WITH_EVIDENCE = ("Reason from the evidence in a sentence or two first; give the final answer only "
+                             "at the end, on its 'Answer:' line.")
+FIRST_PIECE = "Reason in a sentence or two first; give the final answer only at the end, on its 'Answer:' line."
+
+
 def _prompt(question: str, draft: str, shown: Sequence[dict[str, Any]]) -> str:
     parts = []
     if shown:
@@ -311,7 +321,7 @@ def _prompt(question: str, draft: str, shown: Sequence[dict[str, Any]]) -> str:
     if draft:
         parts.append(f"Your answer so far:\n{draft}\n\nContinue your answer from where it stops; do not repeat it.")
     else:
-        parts.append("Write your answer.")
+        parts.append(FIRST_PIECE_WITH_EVIDENCE if shown else FIRST_PIECE)
     return "\n\n".join(parts)
 
 

@@ -5,7 +5,7 @@ method with the fewest rules of its own."""
 from __future__ import annotations
 
 from tcrag_langgraph.machine.state import TOOL_OUTPUT_CLOSE, TOOL_OUTPUT_QUOTE
-from tcrag_langgraph.methods.adaptive import split_sentences
+from tcrag_langgraph.methods.adaptive import FIRST_PIECE, FIRST_PIECE_WITH_EVIDENCE, split_sentences
 from tcrag_langgraph.methods.fs_rag import build_fs_rag_graph
 from tcrag_langgraph.testing import ScriptedChatModel, ScriptedReply, recording_model, scripted_tool
 
@@ -24,6 +24,17 @@ def test_without_an_answer_line_after_max_pieces_the_answer_is_asked_for():
     assert out["draft"] == "One. Two. Three." and out["answer"] == "yes" and out["llm_calls"] == 4
     assert "final answer on one line" in model.seen[-1][-1].content
     assert out["retrieval_rounds"] == 3
+
+
+def test_the_first_piece_is_asked_for_reasoning_before_the_answer_and_later_ones_to_continue():
+    """Asked only to "Write your answer.", the 1.5B opened its draft with a bare "Maybe" (table 3)."""
+    _, model = run(["One.", "Two.", "Answer: yes"])
+    first, second = model.seen[0][-1].content, model.seen[1][-1].content
+    assert first.endswith(FIRST_PIECE_WITH_EVIDENCE) and "Retrieved evidence:" in first
+    assert "Your answer so far:\nOne." in second and FIRST_PIECE_WITH_EVIDENCE not in second
+    model = recording_model(["One.", "Answer: yes"])
+    build_fs_rag_graph(model=model).invoke({"question": Q})  # no tools: nothing retrieved before the first piece
+    assert model.seen[0][-1].content.endswith(FIRST_PIECE) and "Retrieved evidence:" not in model.seen[0][-1].content
 
 
 def test_every_retrieved_passage_is_the_runs_evidence_and_errors_are_not():

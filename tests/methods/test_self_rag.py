@@ -3,6 +3,7 @@ the candidates."""
 
 from __future__ import annotations
 
+from tcrag_langgraph.methods.adaptive import FIRST_PIECE_WITH_EVIDENCE
 from tcrag_langgraph.methods.self_rag import build_self_rag_graph, read_reflection
 from tcrag_langgraph.testing import recording_model, scripted_tool
 
@@ -31,7 +32,7 @@ def test_yes_retrieves_once_and_the_best_supported_relevant_candidate_wins():
     assert out["tool_calls"] == 1 and out["evidence"][0]["query"] == Q
     assert out["answer"] == "yes"  # 1 + 1 + 0.5 * 0.75 beats 1 + 0 + 0.5 * 1
     assert out["llm_calls"] == len(replies)  # no candidate for the irrelevant passage
-    candidate_prompts = [call[-1].content for call in model.seen if "Write your answer." in call[-1].content]
+    candidate_prompts = [call[-1].content for call in model.seen if FIRST_PIECE_WITH_EVIDENCE in call[-1].content]
     assert len(candidate_prompts) == 2 and "An unrelated text" not in " ".join(candidate_prompts)
 
 
