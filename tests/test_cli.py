@@ -173,7 +173,7 @@ def test_readme_field_table_names_every_field_and_its_flag():
     import re
     from pathlib import Path
 
-    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text(encoding="utf-8")
+    readme = (Path(__file__).resolve().parents[1] / "docs" / "configuration.md").read_text(encoding="utf-8")
     rows = [line for line in readme.split("## In your LangChain")[0].splitlines()
             if line.startswith("| `") and "|" in line[1:]]
     named = {name for row in rows for name in re.findall(r"`([a-z_]+)`", row.split("|")[1])}
