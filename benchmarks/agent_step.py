@@ -23,7 +23,8 @@ from _common import corpus_texts, machine, parser, set_threads  # noqa: E402
 
 def trajectory():
     """The stacks of 10 steps (after each step's stack operation) of a scripted run."""
-    from tcrag_langgraph.machine.state import Action, Frame, ToolCallRecord, pop, push, replace_top
+    from tcrag_langgraph.core.state import Action, Frame, ToolCallRecord
+    from tcrag_langgraph.methods.tcrag.state import pop, push, replace_top
 
     texts = corpus_texts(60)
     observation = " ".join(texts[10:14])[:900]
@@ -59,10 +60,10 @@ def main() -> None:
     from langchain_core.messages import AIMessage, HumanMessage, SystemMessage
     from langchain_core.tools import tool
 
-    from tcrag_langgraph.machine.graph import STOP_SEQUENCES
+    from tcrag_langgraph.methods.tcrag.graph import STOP_SEQUENCES
+    from tcrag_langgraph.methods.tcrag.prompting import demonstrations, system_prompt, turn_text
+    from tcrag_langgraph.methods.tcrag.state import render_stack
     from tcrag_langgraph.models.local import LocalChatModel
-    from tcrag_langgraph.machine.prompting import demonstrations, system_prompt, turn_text
-    from tcrag_langgraph.machine.state import render_stack
 
     @tool("DOC_RAG")
     def doc_rag(query: str) -> str:

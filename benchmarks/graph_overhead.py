@@ -61,10 +61,11 @@ def plain_loop(model, tool, scorer, *, max_steps: int = 12) -> tuple[str, int]:
     """Algorithm 1 as an ordinary Python loop over the same building blocks."""
     from langchain_core.messages import AIMessage, HumanMessage, SystemMessage
 
-    from tcrag_langgraph.machine.actions import parse_action
-    from tcrag_langgraph.machine.graph import STOP_SEQUENCES
-    from tcrag_langgraph.machine.prompting import demonstrations, system_prompt, turn_text
-    from tcrag_langgraph.machine.state import Action, Frame, ToolCallRecord, pop, push, render_stack, replace_top
+    from tcrag_langgraph.core.state import Action, Frame, ToolCallRecord
+    from tcrag_langgraph.methods.tcrag.actions import parse_action
+    from tcrag_langgraph.methods.tcrag.graph import STOP_SEQUENCES
+    from tcrag_langgraph.methods.tcrag.prompting import demonstrations, system_prompt, turn_text
+    from tcrag_langgraph.methods.tcrag.state import pop, push, render_stack, replace_top
 
     allowed = ["Thought", "Plan", "Tool_Use", "Summary", "Backtrack", "Conclusion"]
     stack = [Frame(action=Action.USER_QUERY, content=QUESTION)]

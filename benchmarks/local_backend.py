@@ -160,9 +160,9 @@ def section_agent(args) -> None:
     from langchain_core.messages import AIMessage, HumanMessage, SystemMessage
     from langchain_core.tools import tool
 
-    from tcrag_langgraph.machine.graph import STOP_SEQUENCES
-    from tcrag_langgraph.machine.prompting import demonstrations, system_prompt, turn_text
-    from tcrag_langgraph.machine.state import render_stack
+    from tcrag_langgraph.methods.tcrag.graph import STOP_SEQUENCES
+    from tcrag_langgraph.methods.tcrag.prompting import demonstrations, system_prompt, turn_text
+    from tcrag_langgraph.methods.tcrag.state import render_stack
     from tcrag_langgraph.models.llama_cpp import LlamaCppChatModel
 
     @tool("DOC_RAG")

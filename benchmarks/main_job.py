@@ -155,8 +155,8 @@ def breakdown(args: argparse.Namespace) -> None:
     t0 = time.perf_counter()
     from typer.testing import CliRunner
 
+    from tcrag_langgraph.core import kernel
     from tcrag_langgraph.faces import cli
-    from tcrag_langgraph.machine import kernel
     from tcrag_langgraph.models import llama_cpp as llama_models
     from tcrag_langgraph.models import local as models
     from tcrag_langgraph.monitor import llama_cpp as llama_scoring

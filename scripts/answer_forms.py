@@ -21,9 +21,9 @@ import json
 import math
 from pathlib import Path
 
+from tcrag_langgraph.core import answer_format
 from tcrag_langgraph.eval.calibration import auroc_interval, state_value_auroc
 from tcrag_langgraph.eval.datasets import answer_format_for, format_question, load_dataset
-from tcrag_langgraph.machine import answer_format
 from tcrag_langgraph.models.resolve import resolve_chat_model
 from tcrag_langgraph.monitor.own_model import scorer_for_model
 from tcrag_langgraph.monitor.state_values import choice_value, evidence_context

@@ -23,8 +23,8 @@ from collections import Counter
 import numpy as np
 from langchain_core.messages import HumanMessage, SystemMessage
 
+from tcrag_langgraph.core import answer_format
 from tcrag_langgraph.eval.datasets import format_question, load_dataset, sample_records
-from tcrag_langgraph.machine import answer_format
 from tcrag_langgraph.methods.baselines import _SYSTEM
 from tcrag_langgraph.models.llama_cpp import load_llama_model
 

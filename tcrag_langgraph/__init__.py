@@ -16,16 +16,16 @@ from typing import TYPE_CHECKING, Any
 
 #: public name -> the module (relative to this package) that defines it
 _EXPORTS: dict[str, str] = {
-    "build_graph": ".machine.graph",
-    "EVENT_NAME": ".machine.graph",
-    "HALT_REASONS": ".machine.graph",
-    "TCRAGConfig": ".machine.config",
+    "build_graph": ".methods.tcrag.graph",
+    "EVENT_NAME": ".core.events",
+    "HALT_REASONS": ".methods.tcrag.graph",
+    "TCRAGConfig": ".core.config",
     "CallerContext": ".tools.identity",
-    "TCRAGState": ".machine.state",
-    "Frame": ".machine.state",
-    "Action": ".machine.state",
-    "ToolCallRecord": ".machine.state",
-    "TraceEvent": ".machine.state",
+    "TCRAGState": ".methods.tcrag.state",
+    "Frame": ".core.state",
+    "Action": ".core.state",
+    "ToolCallRecord": ".core.state",
+    "TraceEvent": ".core.state",
     "StateScorer": ".monitor.scoring",
     "LocalLMScorer": ".monitor.scoring",
     "scorer_for_model": ".monitor.own_model",
@@ -35,11 +35,11 @@ _EXPORTS: dict[str, str] = {
     "load_local_model": ".models.local",
     "resolve_chat_model": ".models.resolve",
     "resolve_sigma": ".monitor.calibration",
-    "RunResult": ".machine.result",
-    "HaltReason": ".machine.transitions",
-    "parse_action": ".machine.actions",
-    "ParsedAction": ".machine.actions",
-    "ActionParseError": ".machine.actions",
+    "RunResult": ".core.result",
+    "HaltReason": ".methods.tcrag.transitions",
+    "parse_action": ".methods.tcrag.actions",
+    "ParsedAction": ".methods.tcrag.state",
+    "ActionParseError": ".methods.tcrag.actions",
     "as_chat_runnable": ".faces.integration",
     "checkpoint_serde": ".faces.integration",
     "tcrag_events": ".faces.integration",
@@ -64,18 +64,20 @@ def __dir__() -> list[str]:
 
 
 if TYPE_CHECKING:  # static type checkers and IDEs see the real names
-    from .machine.actions import ActionParseError, ParsedAction, parse_action
-    from .machine.config import TCRAGConfig
-    from .machine.graph import EVENT_NAME, HALT_REASONS, build_graph
+    from .core.config import TCRAGConfig
+    from .core.events import EVENT_NAME
+    from .core.result import RunResult
+    from .core.state import Action, Frame, ToolCallRecord, TraceEvent
     from .faces.agent_tool import agent_as_tool
     from .faces.integration import as_chat_runnable, checkpoint_serde, tcrag_events
-    from .monitor.calibration import resolve_sigma
+    from .methods.tcrag.actions import ActionParseError, parse_action
+    from .methods.tcrag.graph import HALT_REASONS, build_graph
+    from .methods.tcrag.state import ParsedAction, TCRAGState
+    from .methods.tcrag.transitions import HaltReason
     from .models.local import LocalChatModel, load_local_model
     from .models.resolve import resolve_chat_model
-    from .monitor.served import CompletionsLogprobScorer
-    from .machine.result import RunResult
-    from .monitor.scoring import LocalLMScorer, MonitorUnavailableError, StateScorer
+    from .monitor.calibration import resolve_sigma
     from .monitor.own_model import scorer_for_model
-    from .machine.transitions import HaltReason
-    from .machine.state import Action, Frame, TCRAGState, ToolCallRecord, TraceEvent
+    from .monitor.scoring import LocalLMScorer, MonitorUnavailableError, StateScorer
+    from .monitor.served import CompletionsLogprobScorer
     from .tools.identity import CallerContext

@@ -60,7 +60,7 @@ from langchain_core.outputs import ChatGeneration, ChatResult
 from langchain_core.tools import BaseTool, StructuredTool
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr
 
-from .machine.config import TCRAGConfig
+from .core.config import TCRAGConfig
 
 __all__ = [
     "SCRIPT_ENV",
@@ -377,9 +377,9 @@ def scripted_graph(source: Union[str, os.PathLike[str], Mapping[str, Any], Scrip
     """The TC-RAG graph over the scripted model, scorer and tools of ``source``.
 
     ``tools`` (real LangChain tools, e.g. EMR_SEARCH) are given to the agent besides the script's
-    own; other keyword arguments go to :func:`~tcrag_langgraph.machine.graph.build_graph`.
+    own; other keyword arguments go to :func:`~tcrag_langgraph.methods.tcrag.graph.build_graph`.
     """
-    from .machine.graph import build_graph
+    from .methods.tcrag.graph import build_graph
 
     components = scripted_components(source)
     components["tools"] = [*components["tools"], *(tools or [])]

@@ -8,8 +8,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tcrag_langgraph.machine.actions import ActionParseError, format_instructions, parse_action
-from tcrag_langgraph.machine.state import Action
+from tcrag_langgraph.core.state import Action
+from tcrag_langgraph.methods.tcrag.actions import ActionParseError, format_instructions, parse_action
 
 TOOLS = ["DOC_RAG", "KG_RAG", "WEB_SEARCH"]
 

@@ -8,6 +8,8 @@ import json
 import httpx
 import pytest
 
+from tcrag_langgraph.core.config import CallerContext
+from tcrag_langgraph.core.identity import caller_for_run
 from tcrag_langgraph.faces.auth import (
     AuthenticatedUser,
     UserDirectory,
@@ -15,8 +17,6 @@ from tcrag_langgraph.faces.auth import (
     hash_token,
     token_from_headers,
 )
-from tcrag_langgraph.machine.config import CallerContext
-from tcrag_langgraph.machine.identity import caller_for_run
 
 from .helpers_servers import langgraph_dev, script_file, users_file
 

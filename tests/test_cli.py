@@ -11,8 +11,8 @@ import pytest
 from pydantic import BaseModel, Field
 from typer.testing import CliRunner
 
+from tcrag_langgraph.core.config import TCRAGConfig
 from tcrag_langgraph.faces.cli import ASK_DEFAULTS, NOT_FLAGS, _flag_for, app, config_flags, config_from_flags
-from tcrag_langgraph.machine.config import TCRAGConfig
 
 runner = CliRunner()
 Q = "Which vitamin deficiency causes scurvy?"

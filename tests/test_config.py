@@ -5,7 +5,13 @@ from __future__ import annotations
 import pytest
 from pydantic import ValidationError
 
-from tcrag_langgraph.machine.config import CallerContext, TCRAGConfig, caller_from_config, request_option_fields, resolve_config
+from tcrag_langgraph.core.config import (
+    CallerContext,
+    TCRAGConfig,
+    caller_from_config,
+    request_option_fields,
+    resolve_config,
+)
 
 
 def test_paper_defaults():

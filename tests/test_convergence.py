@@ -9,9 +9,9 @@ from langchain_core.tools import tool
 from pydantic import BaseModel
 
 from tcrag_langgraph import TCRAGConfig, build_graph
-from tcrag_langgraph.machine.actions import parse_action
-from tcrag_langgraph.machine.answer_format import check, validate_format
-from tcrag_langgraph.machine.state import Action
+from tcrag_langgraph.core.answer_format import check, validate_format
+from tcrag_langgraph.core.state import Action
+from tcrag_langgraph.methods.tcrag.actions import parse_action
 
 from .conftest import ScriptedScorer, scripted
 

@@ -5,9 +5,9 @@ import importlib
 
 import pytest
 
-MODULES = ["machine.transitions", "machine.answer_format", "machine.result", "machine.graph", "machine.config",
-           "machine.state", "machine.actions", "machine.run_input", "machine.events", "machine.identity",
-           "machine.kernel", "monitor.calibration", "monitor.state_values", "monitor.scoring", "methods.registry", "methods.baselines",
+MODULES = ["methods.tcrag.transitions", "core.answer_format", "core.result", "methods.tcrag.graph", "core.config",
+           "core.state", "methods.tcrag.state", "methods.tcrag.actions", "core.names", "core.run_input", "core.events",
+           "core.identity", "core.kernel", "methods.crp_rag", "methods.kag_thinker", "methods.diffrag", "monitor.calibration", "monitor.state_values", "monitor.scoring", "methods.registry", "methods.baselines",
            "methods.adaptive", "methods.fl_rag", "methods.fs_rag", "methods.flare", "methods.dragin", "methods.self_rag",
            "testing",
            "eval.calibration", "eval.significance", "monitor.from_spec", "models.credentials", "faces.run_options",

@@ -13,7 +13,7 @@ import pytest
 from typer.testing import CliRunner
 
 from tcrag_langgraph import Action, TCRAGConfig, build_graph
-from tcrag_langgraph.machine.graph import HALT_REASONS
+from tcrag_langgraph.methods.tcrag.graph import HALT_REASONS
 
 pytestmark = pytest.mark.slow
 

@@ -107,3 +107,24 @@ def test_every_method_graph_runs_under_langgraph_dev_with_the_same_auth(tmp_path
         for graph_id in STUDIO_METHODS:  # every graph is built and shows its nodes
             (assistant,) = client.assistants.search(graph_id=graph_id)
             assert client.assistants.get_graph(assistant["assistant_id"])["nodes"]
+
+
+def test_langgraph_json_is_the_registry_s_and_every_factory_it_names_exists(tmp_path):
+    """langgraph.json is generated from the method registry (``tcrag studio-config``): a method marked
+    for Studio is served without editing the file by hand, and a stale file fails here."""
+    import json
+
+    from typer.testing import CliRunner
+
+    from tcrag_langgraph.faces import studio
+    from tcrag_langgraph.faces.cli import app
+    from tcrag_langgraph.methods.registry import langgraph_config
+
+    assert json.loads((REPO / "langgraph.json").read_text(encoding="utf-8")) == langgraph_config()
+    for graph in langgraph_config()["graphs"].values():
+        assert callable(getattr(studio, graph["path"].rpartition(":")[2]))
+    stale = tmp_path / "langgraph.json"
+    stale.write_text((REPO / "langgraph.json").read_text(encoding="utf-8").replace('"react"', '"react-old"'))
+    assert CliRunner().invoke(app, ["studio-config", "--check", str(stale)]).exit_code == 1
+    assert CliRunner().invoke(app, ["studio-config", str(stale)]).exit_code == 0
+    assert CliRunner().invoke(app, ["studio-config", "--check", str(stale)]).exit_code == 0

@@ -9,9 +9,10 @@ from __future__ import annotations
 
 import sys
 
-from tcrag_langgraph import TCRAGConfig, build_graph
-from tcrag_langgraph.machine.state import TOOL_OUTPUT_CLOSE, TOOL_OUTPUT_OPEN, TOOL_OUTPUT_QUOTE, fence_tool_output
 from tcrag_langgraph.tools.web_search import EncyclopediaEntry, EncyclopediaProvider, web_tool
+
+from tcrag_langgraph import TCRAGConfig, build_graph
+from tcrag_langgraph.core.state import TOOL_OUTPUT_CLOSE, TOOL_OUTPUT_OPEN, TOOL_OUTPUT_QUOTE, fence_tool_output
 
 from .conftest import ScriptedScorer, scripted
 

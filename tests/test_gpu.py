@@ -13,8 +13,6 @@ import torch
 
 from tcrag_langgraph.monitor.scoring import LocalLMScorer
 
-
-
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU visible to torch")
 
 
@@ -48,8 +46,8 @@ def test_scores_on_the_gpu_agree_with_the_cpu_reference(reference, dtype, rel):
 
 
 def test_cached_generation_on_the_gpu_equals_uncached_over_pushes_and_pops():
+    from tcrag_langgraph.core.state import Action, Frame
     from tcrag_langgraph.models.local import LocalChatModel
-    from tcrag_langgraph.machine.state import Action, Frame
 
     from .test_kv_cache import _ids, _messages, _script
 

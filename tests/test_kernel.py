@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from tcrag_langgraph import TCRAGConfig, build_graph
-from tcrag_langgraph.machine.graph import STOP_SEQUENCES
-from tcrag_langgraph.machine.kernel import MAX_PROVIDER_STOPS
+from tcrag_langgraph.core.kernel import MAX_PROVIDER_STOPS
+from tcrag_langgraph.methods.tcrag.graph import STOP_SEQUENCES
 from tcrag_langgraph.models.resolve import resolve_chat_model
 
 from .helpers_servers import uvicorn_thread

@@ -11,9 +11,10 @@ import torch
 from langchain_core.messages import AIMessage, HumanMessage, SystemMessage
 from transformers import DynamicCache
 
-from tcrag_langgraph.models.kv_cache import CacheLease, PromptKVPool, PrefixStateCache, common_prefix_len, crop_cache
-from tcrag_langgraph.machine.prompting import demonstrations, system_prompt, turn_text
-from tcrag_langgraph.machine.state import Action, Frame, ToolCallRecord, pop, push, render_stack, replace_top
+from tcrag_langgraph.core.state import Action, Frame, ToolCallRecord
+from tcrag_langgraph.methods.tcrag.prompting import demonstrations, system_prompt, turn_text
+from tcrag_langgraph.methods.tcrag.state import pop, push, render_stack, replace_top
+from tcrag_langgraph.models.kv_cache import CacheLease, PrefixStateCache, PromptKVPool, common_prefix_len, crop_cache
 
 LAYERS = 2
 

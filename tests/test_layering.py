@@ -1,6 +1,6 @@
-"""The package's layers import only downwards: tools < models < monitor < machine < methods < testing
+"""The package's layers import only downwards: tools < models < monitor < core < methods < testing
 < eval < faces. Every import statement is checked, lazy ones inside functions included, so an arrow
-that runs back up (the machine reading the evaluation, a method importing a face) fails here."""
+that runs back up (the core reading the evaluation, a method importing a face) fails here."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = "tcrag_langgraph"
 
 #: each part and the parts it may import (itself included)
-LAYERS = ("tools", "models", "monitor", "machine", "methods", "testing", "eval", "faces")
+LAYERS = ("tools", "models", "monitor", "core", "methods", "testing", "eval", "faces")
 ALLOWED = {part: set(LAYERS[: i + 1]) for i, part in enumerate(LAYERS)}
 ALLOWED["package"] = set(LAYERS)  # tcrag_langgraph/__init__.py re-exports the public names (lazily)
 ALLOWED["prompts"] = {"prompts"}
@@ -66,7 +66,7 @@ MODULES = _modules()
 def test_every_module_belongs_to_a_known_layer():
     assert {part_of(m) for m in MODULES} <= set(ALLOWED), {part_of(m) for m in MODULES} - set(ALLOWED)
     # the parts a newcomer looks for are where the layout says
-    for module in ("machine.kernel", "machine.graph", "machine.transitions", "monitor.scoring", "monitor.calibration",
+    for module in ("core.kernel", "methods.tcrag.graph", "methods.tcrag.transitions", "methods.tcrag.state", "monitor.scoring", "monitor.calibration",
                    "models.local", "models.resolve", "models.llama_cpp", "models.speculative", "monitor.own_model",
                    "monitor.llama_cpp", "faces.cli", "faces.serve", "faces.studio", "methods.registry",
                    "methods.baselines", "methods.crp_rag", "methods.kag_thinker", "methods.diffrag", "tools.layer"):
@@ -82,12 +82,12 @@ def test_imports_run_only_downwards(module):
 
 
 def test_the_checker_sees_an_arrow_that_runs_back_up(tmp_path):
-    """The check itself can fail: a machine module importing the evaluation is caught."""
+    """The check itself can fail: a core module importing the evaluation is caught."""
     bad = tmp_path / "graph.py"
     bad.write_text("def f():\n    from ..eval.calibration import calibrate\n    import tcrag_langgraph.faces.cli\n")
-    targets = [t for _, t in imports_of(f"{PACKAGE}.machine.graph", bad)]
+    targets = [t for _, t in imports_of(f"{PACKAGE}.core.kernel", bad)]
     assert targets == [f"{PACKAGE}.eval.calibration", f"{PACKAGE}.faces.cli"]
-    assert {part_of(t) for t in targets} - ALLOWED["machine"] == {"eval", "faces"}
+    assert {part_of(t) for t in targets} - ALLOWED["core"] == {"eval", "faces"}
 
 
 def import_cycles(modules: dict[str, Path]) -> list[list[str]]:
@@ -157,3 +157,40 @@ def test_the_cycle_check_sees_a_lazy_and_a_type_only_loop(tmp_path):
         (tmp_path / name).write_text(text)
     modules = {f"{PACKAGE}.models.{n[:-3]}": tmp_path / n for n in files}
     assert import_cycles(modules) == [[f"{PACKAGE}.models.a", f"{PACKAGE}.models.b"]]
+
+
+def method_of(module: str) -> str | None:
+    """The method a module belongs to (``methods.<name>`` package or module), None outside methods/
+    and for the registry, which knows every method by name."""
+    rest = module.split(".")[1:]
+    if len(rest) < 2 or rest[0] != "methods" or rest[1] in ("registry", "declaration"):
+        return None
+    return rest[1]
+
+
+def foreign_method_imports(modules: dict[str, Path]) -> list[str]:
+    """Imports from one method's modules into another method's (``methods.adaptive`` is the shared
+    kernel of the retrieve-while-writing methods FL-RAG, FS-RAG, FLARE, DRAGIN and Self-RAG, and counts as theirs)."""
+    family = {"fl_rag": "adaptive", "fs_rag": "adaptive", "flare": "adaptive", "dragin": "adaptive", "self_rag": "adaptive"}
+    wrong = []
+    for module, path in modules.items():
+        own = method_of(module)
+        if own is None:
+            continue
+        for line, target in imports_of(module, path):
+            other = method_of(target)
+            if other is not None and family.get(other, other) != family.get(own, own):
+                wrong.append(f"{module} line {line}: {target}")
+    return wrong
+
+
+def test_no_method_imports_another_method():
+    """What every method uses lives in core/; a method's own code stays in its package."""
+    assert foreign_method_imports(MODULES) == []
+
+
+def test_the_method_check_sees_a_method_importing_another(tmp_path):
+    bad = tmp_path / "nodes.py"
+    bad.write_text("from ..tcrag.actions import parse_action\nfrom ...core.state import Frame\n")
+    modules = {f"{PACKAGE}.methods.crp_rag.nodes": bad}
+    assert foreign_method_imports(modules) == [f"{PACKAGE}.methods.crp_rag.nodes line 1: {PACKAGE}.methods.tcrag.actions"]

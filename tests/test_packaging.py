@@ -14,7 +14,8 @@ ROOT = Path(__file__).resolve().parents[1]
 
 def test_editable_install_maps_tools_and_prompts():
     import tcrag_langgraph.tools as tools
-    from tcrag_langgraph.machine.prompting import load_prompt_file
+
+    from tcrag_langgraph.methods.tcrag.prompting import load_prompt_file
 
     assert Path(tools.__file__).resolve().parent == ROOT / "tools"
     assert "$action_lines" in load_prompt_file("tcrag_en.txt")
@@ -32,7 +33,8 @@ def test_wheel_carries_tools_prompts_and_data(tmp_path):
     assert "tcrag_langgraph/monitor/shipped_calibrations.json" in names
     for expected in ("tcrag_langgraph/tools/layer/__init__.py", "tcrag_langgraph/tools/data/kg_medical.nt.gz",
                      "tcrag_langgraph/tools/data/docs_pubmedqa.jsonl.gz", "tcrag_langgraph/prompts/tcrag_en.txt",
-                     "tcrag_langgraph/prompts/examples_zh.json", "tcrag_langgraph/machine/graph.py"):
+                     "tcrag_langgraph/prompts/examples_zh.json", "tcrag_langgraph/methods/tcrag/graph.py",
+                     "tcrag_langgraph/core/kernel.py"):
         assert expected in names
     # every module of the source tree is in the wheel (a subpackage missing from pyproject's list is not)
     sources = [f"tcrag_langgraph/{p.relative_to(ROOT / 'tcrag_langgraph').as_posix()}"
@@ -43,7 +45,7 @@ def test_wheel_carries_tools_prompts_and_data(tmp_path):
     target = tmp_path / "site"
     subprocess.run([sys.executable, "-m", "pip", "install", "--no-deps", "-q", "--target", str(target), str(wheel)],
                    check=True)
-    code = ("import tcrag_langgraph.tools.base as b, tcrag_langgraph.machine.prompting as p; "
+    code = ("import tcrag_langgraph.tools.base as b, tcrag_langgraph.methods.tcrag.prompting as p; "
             "from tcrag_langgraph.eval.provenance import code_version; "
             "print(b.__file__); print(code_version()); print(len(p.load_prompt_file('actions_en.json')))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=tmp_path,

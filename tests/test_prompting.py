@@ -1,4 +1,4 @@
-"""machine/prompting.py: the system prompt names only the actions a run offers."""
+"""methods/tcrag/prompting.py: the system prompt names only the actions a run offers."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ import re
 import pytest
 from langchain_core.tools import tool
 
-from tcrag_langgraph.machine.config import TCRAGConfig
-from tcrag_langgraph.machine.prompting import demonstrations, system_prompt
+from tcrag_langgraph.core.config import TCRAGConfig
+from tcrag_langgraph.methods.tcrag.prompting import demonstrations, system_prompt
 
 ACTIONS = ("Thought", "Plan", "Tool_Use", "Summary", "Backtrack", "Conclusion")
 

@@ -10,7 +10,7 @@ import pytest
 from langgraph.checkpoint.memory import InMemorySaver
 
 from tcrag_langgraph.faces.serve import create_app
-from tcrag_langgraph.machine.graph import build_graph
+from tcrag_langgraph.methods.tcrag.graph import build_graph
 from tcrag_langgraph.testing import scripted_components, scripted_graph
 
 from .helpers_servers import free_port, python_cmd, script_file, server_process, uvicorn_thread  # noqa: F401
@@ -205,8 +205,9 @@ def bearer(token: str) -> dict:
 def secured(tmp_path_factory):
     """An authenticated in-process server (real uvicorn on loopback) whose scripted model looks up
     patient P00002 with the real EMR_SEARCH tool."""
-    from tcrag_langgraph.faces.auth import UserDirectory
     from tcrag_langgraph.tools.emr import default_emr_tool
+
+    from tcrag_langgraph.faces.auth import UserDirectory
 
     from .helpers_servers import users_file
 

@@ -33,7 +33,7 @@ def test_importing_studio_or_the_doubles_builds_no_graph():
     import sys
 
     code = ("import sys, tcrag_langgraph.faces.studio as s, tcrag_langgraph.testing; "
-            "print(bool(s._built), 'tcrag_langgraph.machine.graph' in sys.modules, 'torch' in sys.modules)")
+            "print(bool(s._built), 'tcrag_langgraph.methods.tcrag.graph' in sys.modules, 'torch' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=REPO)
     assert out.stdout.split() == ["False", "False", "False"]
 

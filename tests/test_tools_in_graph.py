@@ -11,14 +11,14 @@ import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
-
-from tcrag_langgraph import Action, CallerContext, LocalLMScorer, TCRAGConfig, build_graph
-from tcrag_langgraph.machine.state import fence_tool_output
 from tcrag_langgraph.tools import default_tools
 from tcrag_langgraph.tools.documents import document_tool
 from tcrag_langgraph.tools.elasticsearch_store import ElasticsearchStore
 from tcrag_langgraph.tools.emr import default_emr_tool
 from tcrag_langgraph.tools.web_search import SearxngProvider, web_tool
+
+from tcrag_langgraph import Action, CallerContext, LocalLMScorer, TCRAGConfig, build_graph
+from tcrag_langgraph.core.state import fence_tool_output
 
 from .conftest import ScriptedScorer, scripted
 

@@ -4,9 +4,9 @@ import sys
 
 import pytest
 
-from tcrag_langgraph.machine import transitions as T
-from tcrag_langgraph.machine.state import Action, ToolCallRecord
-from tcrag_langgraph.machine.transitions import HaltReason
+from tcrag_langgraph.core.state import Action, ToolCallRecord
+from tcrag_langgraph.methods.tcrag import transitions as T
+from tcrag_langgraph.methods.tcrag.transitions import HaltReason
 
 
 def fresh(sigma=10.0, value=1e9):
@@ -99,8 +99,8 @@ def test_unverified_answer_is_the_topmost_model_text_never_an_observation():
 def test_module_needs_no_model_or_graph_builder():
     import subprocess
 
-    code = ("import sys, tcrag_langgraph.machine.transitions; "
-            "bad = [m for m in ('torch', 'transformers', 'tcrag_langgraph.machine.graph') "
+    code = ("import sys, tcrag_langgraph.methods.tcrag.transitions; "
+            "bad = [m for m in ('torch', 'transformers', 'tcrag_langgraph.methods.tcrag.graph') "
             "if m in sys.modules]; assert not bad, bad")
     subprocess.run([sys.executable, "-c", code], check=True)
 

@@ -186,8 +186,8 @@ def resolve_scorer(spec: str, model: Any, *, served_model: Optional[str] = None,
         except ValueError as exc:
             raise typer.BadParameter(f"{exc} (or module:callable returning a scorer)", param_hint="--scorer") from None
     if spec == "local":
-        from ..monitor.scoring import MonitorUnavailableError
         from ..monitor.own_model import scorer_for_model
+        from ..monitor.scoring import MonitorUnavailableError
 
         try:
             return scorer_for_model(model)
@@ -205,7 +205,7 @@ def _sigma_option(value: str, metric: str, model: Any, task: Optional[str] = Non
     ``auto`` for the sigma stored for this model (on ``task``) by ``tcrag calibrate`` (resolved once
     here, so every question and the saved settings use the number). Validated by
     :class:`TCRAGConfig`, the one home of what a sigma may be."""
-    from ..machine.config import TCRAGConfig
+    from ..core.config import TCRAGConfig
     from ..models.local import chat_model_id
     from ..monitor.calibration import CalibrationNotFoundError, resolve_sigma
 
@@ -439,10 +439,10 @@ def register(app: typer.Typer) -> None:
             "replayed reply at the seconds its generation took"),
     ) -> None:
         """Evaluate methods on a dataset: accuracy and cost per method (paper Tables 1, 2, 5)."""
-        from ..machine.config import TCRAGConfig
+        from ..core.config import TCRAGConfig
+        from ..methods.registry import METHODS, build_methods
         from ..monitor.calibration import CalibrationNotFoundError
         from .datasets import answer_format_for, sample_records, task_name
-        from ..methods.registry import METHODS, build_methods
         from .noise import NoiseBank, PoisonController, poison_tools
         from .runner import SettingsMismatch, run_evaluation, summarize, summary_markdown, table_rows, write_summary
 
@@ -591,16 +591,16 @@ def register(app: typer.Typer) -> None:
         With --method crp-rag the value is CRP-RAG's path score (the perplexity that decides
         knowledge sufficiency), measured in a run that never abstains, and what is stored is its
         sufficiency threshold for "auto"."""
-        from ..machine.config import TCRAGConfig
-        from ..models.local import chat_model_id
-        from ..monitor.calibration import Calibration, save_calibration
-        from .calibration import auroc_interval, calibrate
         from rich.progress import track
 
-        from ..machine import answer_format
-        from ..monitor.state_values import measure, scorer_score
-        from .datasets import answer_format_for, format_question, sample_records, task_name
+        from ..core import answer_format
+        from ..core.config import TCRAGConfig
         from ..methods.registry import build_methods
+        from ..models.local import chat_model_id
+        from ..monitor.calibration import Calibration, save_calibration
+        from ..monitor.state_values import measure, scorer_score
+        from .calibration import auroc_interval, calibrate
+        from .datasets import answer_format_for, format_question, sample_records, task_name
         from .runner import SettingsMismatch, run_evaluation
 
         metrics = _state_value_names(metric)

@@ -38,13 +38,13 @@ import os
 import random
 import re
 from dataclasses import asdict, dataclass, field, replace
-from pathlib import Path
 from functools import lru_cache
+from pathlib import Path
 from typing import Any, Iterable, Literal, Mapping, Optional, Sequence
 
 from pydantic import BaseModel, Field, create_model
 
-from ..machine.answer_format import AnswerFormat
+from ..core.answer_format import AnswerFormat
 from .metrics import parse_gold_letters
 
 __all__ = [

@@ -35,9 +35,9 @@ from uuid import UUID
 
 from langchain_core.callbacks import BaseCallbackHandler
 
-from ..machine.events import EVENT_NAME
-from ..tools.layer.outcome import content_text
+from ..core.events import EVENT_NAME
 from ..tools.layer import is_tool_error
+from ..tools.layer.outcome import content_text
 from ..tools.tokens import count_tokens
 from .reply_cache import HIT_KEY, SECONDS_KEY
 

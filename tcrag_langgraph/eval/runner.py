@@ -41,12 +41,12 @@ from typing import Any, Callable, Iterable, Iterator, Mapping, Optional, Sequenc
 
 from filelock import FileLock, Timeout
 
-from ..machine.result import RunResult
+from ..core.result import RunResult
 from .datasets import QARecord, answer_format_for, format_question, structured_letters
 from .efficiency import COST_FIELDS, UsageMeter, mean_costs, question_cost
+from .metrics import bleu, extract_choice_letters, extract_yes_no_maybe, rouge_l_recall, squad_exact_match, token_f1
 from .provenance import code_version
 from .significance import MAJORITY, PairedTest, accuracy_ci, answer_counts, majority_rows, mcnemar
-from .metrics import bleu, extract_choice_letters, extract_yes_no_maybe, rouge_l_recall, squad_exact_match, token_f1
 
 __all__ = [
     "score_answer",
@@ -271,11 +271,11 @@ def repeated_executed_calls(trace: Optional[Iterable[Any]]) -> int:
     before in the same question, read from the trace's Tool_Use events (calls refused as repeated
     are not run and not counted here: the graph counts them in ``repeated_tool_calls``).
 
-    Identity is the graph's own rule (:func:`tcrag_langgraph.machine.transitions.repeated_call`), applied
+    Identity is the graph's own rule (:func:`tcrag_langgraph.methods.tcrag.transitions.repeated_call`), applied
     to every earlier call, including ones a Backtrack or Summary has since taken off the stack.
     """
-    from ..machine.state import Action, Frame, ToolCallRecord
-    from ..machine.transitions import repeated_call
+    from ..core.state import Action, Frame, ToolCallRecord
+    from ..methods.tcrag.transitions import repeated_call
 
     earlier: list[Frame] = []
     repeats = 0
@@ -433,7 +433,14 @@ def run_evaluation(
                 done[(row["method"], row["id"])] = row
         todo = [(r, m) for r in records for m in methods if (m, r.id) not in done]
 
-        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+        from rich.progress import (
+            BarColumn,
+            MofNCompleteColumn,
+            Progress,
+            TextColumn,
+            TimeElapsedColumn,
+            TimeRemainingColumn,
+        )
 
         bar = Progress(
             TextColumn("[bold]{task.description}"),

@@ -31,8 +31,8 @@ from langchain_core.runnables import RunnableConfig
 from langchain_core.tools import StructuredTool
 from pydantic import BaseModel, Field
 
-from ..machine.identity import AUTH_USER_KEY
-from ..machine.result import RunResult
+from ..core.identity import AUTH_USER_KEY
+from ..core.result import RunResult
 
 __all__ = ["agent_as_tool", "QuestionInput", "DEFAULT_TOOL_DESCRIPTION"]
 

@@ -1,6 +1,6 @@
 """Authentication for the servers: the trusted users file, tokens, and LangGraph's Agent Server auth.
 
-Who a run acts for is decided in one place, :func:`tcrag_langgraph.machine.identity.caller_for_run`:
+Who a run acts for is decided in one place, :func:`tcrag_langgraph.core.identity.caller_for_run`:
 the authenticated server user, else (only with ``trust_client_identity``) a client caller, else the
 build-time caller. This module supplies the first: LangGraph's Agent Server (``langgraph dev``)
 writes the user returned by our ``@auth.authenticate`` handler (:data:`auth`, named in
@@ -34,7 +34,7 @@ from langgraph_sdk import Auth
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 # Absolute imports: langgraph dev loads this file by its path (langgraph.json "auth"), not as a package module.
-from tcrag_langgraph.machine.identity import _PATIENT, _ROLE, AUTH_USER_KEY
+from tcrag_langgraph.core.identity import _PATIENT, _ROLE, AUTH_USER_KEY
 
 __all__ = [
     "AUTH_USER_KEY",

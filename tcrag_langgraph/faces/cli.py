@@ -1,7 +1,7 @@
 """The ``tcrag`` command: ``ask`` here; ``index``, ``build-kg``, ``eval``, ``serve`` ... are registered
 by the modules that own them (each exposes ``register(app)``).
 
-``tcrag ask``'s run options are generated from :class:`~tcrag_langgraph.machine.config.TCRAGConfig`'s fields
+``tcrag ask``'s run options are generated from :class:`~tcrag_langgraph.core.config.TCRAGConfig`'s fields
 (name, type, default, description), so a new option needs no second declaration here. Only the
 options given on the command line go into the run's config: every other value is TCRAGConfig's.
 """
@@ -21,8 +21,9 @@ import typer
 from rich.console import Console
 from typer.core import TyperGroup
 
-from ..machine.config import TCRAGConfig
+from ..core.config import TCRAGConfig
 from .run_options import FACE_DEFAULTS, UserError, one_line
+
 
 class _OneLineErrors(TyperGroup):
     """The ``tcrag`` group: a usage error of any sub-command (a bad option value, a missing option, an
@@ -71,6 +72,7 @@ _COMMAND_MODULES = (
     "tcrag_langgraph.tools.kg_build",
     "tcrag_langgraph.eval.cli",
     "tcrag_langgraph.faces.serve_command",
+    "tcrag_langgraph.faces.studio",
 )
 
 #: TCRAGConfig fields that are no flag of ``tcrag ask``, and why.
@@ -341,11 +343,21 @@ def ask(
     """Answer QUESTION, showing each action, push/pop and state value live."""
     from pydantic import ValidationError
 
-    from ..machine.graph import EVENT_NAME, question_problem
-    from ..machine.result import RunResult
+    from ..core.events import EVENT_NAME
+    from ..core.result import RunResult
+    from ..core.run_input import question_problem
     from ..models.local import LocalChatModel, LocalModelError
-    from .run_options import (api_key_from_env, build_for_face, check_method, check_sigma, make_generator,
-                              make_scorer, make_tools, quiet_library_progress, scripted_run)
+    from .run_options import (
+        api_key_from_env,
+        build_for_face,
+        check_method,
+        check_sigma,
+        make_generator,
+        make_scorer,
+        make_tools,
+        quiet_library_progress,
+        scripted_run,
+    )
 
     err = Console(stderr=True)
     quiet_library_progress()

@@ -34,8 +34,8 @@ from langchain_core.prompt_values import PromptValue
 from langchain_core.runnables import Runnable, RunnableConfig, RunnableLambda
 from pydantic import BaseModel, Field
 
-from ..machine.graph import EVENT_NAME
-from ..machine.result import RunResult
+from ..core.events import EVENT_NAME
+from ..core.result import RunResult
 
 __all__ = ["ChatInput", "to_graph_input", "to_ai_message", "as_chat_runnable", "tcrag_events", "checkpoint_serde", "STATE_TYPES"]
 
@@ -141,9 +141,9 @@ def tcrag_events(chunks: Iterable[Any]) -> Iterator[dict[str, Any]]:
 
 
 #: The pydantic types TC-RAG keeps in graph state (stack frames, trace events).
-STATE_TYPES = (("tcrag_langgraph.machine.state", "Action"), ("tcrag_langgraph.machine.state", "Frame"),
-               ("tcrag_langgraph.machine.state", "ParsedAction"),
-               ("tcrag_langgraph.machine.state", "ToolCallRecord"), ("tcrag_langgraph.machine.state", "TraceEvent"))
+STATE_TYPES = (("tcrag_langgraph.core.state", "Action"), ("tcrag_langgraph.core.state", "Frame"),
+               ("tcrag_langgraph.core.state", "ParsedAction"),
+               ("tcrag_langgraph.core.state", "ToolCallRecord"), ("tcrag_langgraph.core.state", "TraceEvent"))
 
 
 def checkpoint_serde():

@@ -10,7 +10,7 @@ Input ``{"messages": [...]}`` (the last human message is the question), output o
 ``metric``, ``steps`` and ``stack``.
 
 Per-request options go in the request's ``config.configurable``: the :class:`TCRAGConfig` fields
-listed by :func:`tcrag_langgraph.machine.config.request_option_fields` (sigma, metric, max_steps, ...) and
+listed by :func:`tcrag_langgraph.core.config.request_option_fields` (sigma, metric, max_steps, ...) and
 ``thread_id``. LangServe itself would drop ``thread_id`` and fill unset options with defaults, so
 :func:`per_request_config` re-reads them from the raw request and validates them (an invalid or
 unknown option is a 422). In ``/batch`` each input's own config applies. The caller identity and
@@ -77,8 +77,8 @@ from langgraph.checkpoint.memory import InMemorySaver
 from pydantic import ValidationError
 from starlette.middleware.trustedhost import TrustedHostMiddleware
 
+from ..core.config import TCRAGConfig, request_option_fields
 from .auth import AUTH_USER_KEY, UserDirectory, UserRecord, token_from_headers
-from ..machine.config import TCRAGConfig, request_option_fields
 from .integration import as_chat_runnable, checkpoint_serde
 from .serve_guard import ServeCaps, caps_problem, input_problem, recursion_limit_for
 
@@ -385,7 +385,6 @@ def create_app(
     if graph is None:
         from ..methods.registry import DEFAULT_METHOD, build_method
         from ..tools import default_tools
-
         from .run_options import FACE_DEFAULTS
 
         graph = build_method(DEFAULT_METHOD, config=config if config is not None else TCRAGConfig(**FACE_DEFAULTS),
@@ -429,7 +428,7 @@ def create_app(
     @app.get("/tcrag/threads/{thread_id}")
     async def thread_state(thread_id: str, request: Request) -> dict[str, Any]:
         """The stack, trace and answer stored for one of the caller's threads (404 if unknown)."""
-        from ..machine.result import RunResult
+        from ..core.result import RunResult
 
         scoped = scoped_thread_id(getattr(request.state, _STATE_USER, None), thread_id)
         snapshot = await graph.aget_state({"configurable": {"thread_id": scoped}})

@@ -97,11 +97,21 @@ def register(app: Any) -> None:
         import uvicorn
         from pydantic import ValidationError as _ValidationError
 
-        from ..machine.config import TCRAGConfig
+        from ..core.config import TCRAGConfig
         from .auth import UserDirectory
+        from .run_options import (
+            FACE_DEFAULTS,
+            api_key_from_env,
+            build_for_face,
+            check_method,
+            check_sigma,
+            make_generator,
+            make_scorer,
+            make_tools,
+            quiet_library_progress,
+            scripted_run,
+        )
         from .serve import LOOPBACK_HOSTS, check_exposure, create_app, is_loopback
-        from .run_options import (FACE_DEFAULTS, api_key_from_env, build_for_face, check_method, check_sigma,
-                                  make_generator, make_scorer, make_tools, quiet_library_progress, scripted_run)
 
         quiet_library_progress()
         try:

@@ -13,7 +13,7 @@
 * :func:`recursion_limit_for`: the LangGraph ``recursion_limit`` a served run gets. LangServe runs
   every request with LangChain's default of 25 super-steps, which a run of 12 actions (the default
   ``max_steps``) already exceeds; the limit given here is above the longest run any valid
-  :class:`~tcrag_langgraph.machine.config.TCRAGConfig` allows, so every run ends by the graph's own halt
+  :class:`~tcrag_langgraph.core.config.TCRAGConfig` allows, so every run ends by the graph's own halt
   (``max_steps``, a validated Conclusion, a format error), never by the recursion limit.
 """
 

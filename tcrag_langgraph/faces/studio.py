@@ -1,8 +1,8 @@
 """The TC-RAG graph for LangGraph Studio / ``langgraph dev`` (see ``langgraph.json``).
 
-``langgraph.json`` points at :func:`studio_graph` (TC-RAG), and at one factory per other method it
-offers (:data:`STUDIO_METHODS`: CRP-RAG, KAG-Thinker, TCM-DiffRAG and the baselines Base, CoT,
-SR-RAG, ReAct, FL-RAG, FS-RAG, FLARE, DRAGIN, Self-RAG), each a graph factory (the Agent Server calls it per request) returning one graph
+``langgraph.json`` points at :func:`studio_graph` (TC-RAG), and at one factory per other method the
+registry marks for Studio (:data:`~tcrag_langgraph.methods.registry.STUDIO_METHODS`; the factories
+and the file are generated from it), each a graph factory (the Agent Server calls it per request) returning one graph
 built on the first call, with the bounded budgets of ``tcrag ask`` (6 steps, 64 new tokens; a run's
 context sets others). All sit behind the same authentication; ``studio.graph`` is the same graph for Python
 users. Nothing is built at import, so importing this module never builds the real agent. It is compiled **without** a checkpointer (the LangGraph API
@@ -10,7 +10,7 @@ server refuses one and brings its own). By default it is the real agent: the pac
 lazily on the first run) with the default tools, EMR_SEARCH included.
 
 Who the agent acts for comes only from the server's authenticated user (``langgraph.json``
-"auth" names :data:`tcrag_langgraph.faces.auth.auth`); see :func:`tcrag_langgraph.machine.identity.caller_for_run`
+"auth" names :data:`tcrag_langgraph.faces.auth.auth`); see :func:`tcrag_langgraph.core.identity.caller_for_run`
 and docs/security.md.
 
 Testing / demo hook: if the environment variable ``TCRAG_STUDIO_SCRIPTED`` names a JSON script
@@ -24,21 +24,14 @@ from __future__ import annotations
 import asyncio
 import os
 import threading
+from pathlib import Path
 from typing import Any, Optional
 
+from tcrag_langgraph.methods.registry import DEFAULT_METHOD, STUDIO_METHODS, studio_factory_name
 from tcrag_langgraph.testing import SCRIPT_ENV
 
-__all__ = ["make_graph", "studio_graph", "graph", "SCRIPT_ENV", "STUDIO_METHODS", "crp_rag_graph",
-           "kag_thinker_graph", "diffrag_graph", "base_graph", "cot_graph", "sr_rag_graph", "react_graph",
-           "fl_rag_graph", "fs_rag_graph", "flare_graph", "dragin_graph", "self_rag_graph"]
-
-#: the graphs langgraph.json exports: its id -> the registry method it serves. TC-RAG, the three
-#: papers' methods, and the baselines to compare them with.
-STUDIO_METHODS: dict[str, str] = {
-    "tcrag": "tcrag", "crp-rag": "crp-rag", "kag-thinker": "kag-thinker", "diffrag": "diffrag",
-    "base": "base", "cot": "cot", "sr-rag": "sr-rag", "react": "react",
-    "fl-rag": "fl-rag", "fs-rag": "fs-rag", "flare": "flare", "dragin": "dragin", "self-rag": "self-rag",
-}
+__all__ = ["make_graph", "studio_graph", "graph", "SCRIPT_ENV", "STUDIO_METHODS",
+           *(studio_factory_name(m) for m in STUDIO_METHODS if m != DEFAULT_METHOD)]
 
 _built: dict[str, Any] = {}
 _build_lock = threading.Lock()
@@ -55,8 +48,8 @@ def make_graph(*, script: Optional[str] = None, tools: bool = True, method: str 
     ``$TCRAG_SCORER_START_TEXT``) names another, as ``--scorer``; ``$TCRAG_ES_URL`` searches an
     Elasticsearch index. A bad value is a :class:`~tcrag_langgraph.faces.run_options.UserError`
     (one line in the server log). Never has a checkpointer."""
+    from tcrag_langgraph.core.config import TCRAGConfig
     from tcrag_langgraph.faces.run_options import FACE_DEFAULTS
-    from tcrag_langgraph.machine.config import TCRAGConfig
     from tcrag_langgraph.methods.registry import build_method
 
     script = script or os.environ.get(SCRIPT_ENV) or None
@@ -114,18 +107,10 @@ async def studio_graph():
     return await asyncio.to_thread(_the_graph, "tcrag")
 
 
-crp_rag_graph = _factory("crp-rag")
-kag_thinker_graph = _factory("kag-thinker")
-diffrag_graph = _factory("diffrag")
-base_graph = _factory("base")
-cot_graph = _factory("cot")
-sr_rag_graph = _factory("sr-rag")
-react_graph = _factory("react")
-fl_rag_graph = _factory("fl-rag")
-fs_rag_graph = _factory("fs-rag")
-flare_graph = _factory("flare")
-dragin_graph = _factory("dragin")
-self_rag_graph = _factory("self-rag")
+# one factory per method Studio serves, named as langgraph.json names it (``crp-rag`` -> ``crp_rag_graph``)
+for _method in STUDIO_METHODS:
+    if _method != DEFAULT_METHOD:
+        globals()[studio_factory_name(_method)] = _factory(_method)
 
 
 def __getattr__(name: str) -> Any:
@@ -133,3 +118,29 @@ def __getattr__(name: str) -> Any:
     if name != "graph":
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
     return _the_graph("tcrag")
+
+
+def register(app: Any) -> None:
+    """``tcrag studio-config``: write (or ``--check``) ``langgraph.json`` from the method registry."""
+    import json
+
+    import typer
+
+    from tcrag_langgraph.methods.registry import langgraph_config
+
+    @app.command("studio-config")
+    def studio_config(
+        path: Path = typer.Argument(Path("langgraph.json"), help="The file LangGraph Studio / `langgraph dev` reads."),
+        check: bool = typer.Option(False, "--check", help="Change nothing; exit 1 when the file differs from the registry."),
+    ) -> None:
+        """Write langgraph.json from the method registry: one graph per method Studio serves."""
+        text = json.dumps(langgraph_config(), indent=2, ensure_ascii=False) + "\n"
+        if check:
+            current = path.read_text(encoding="utf-8") if path.exists() else ""
+            if current != text:
+                typer.echo(f"{path} differs from the method registry; run `tcrag studio-config {path}`", err=True)
+                raise typer.Exit(1)
+            typer.echo(f"{path} matches the method registry")
+            return
+        path.write_text(text, encoding="utf-8")
+        typer.echo(f"wrote {path} ({len(langgraph_config()['graphs'])} graphs)")

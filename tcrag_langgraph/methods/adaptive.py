@@ -31,15 +31,15 @@ One round of :meth:`ActiveRetrievalKernel.generate`:
 Budgets are the shared ones: ``max_steps`` caps the retrieval rounds of a run (a trigger past it
 is ignored; without tools nothing is retrieved and nothing is checked), ``max_new_tokens`` the length of the answer and of each call, ``tool_timeout_s`` and
 ``max_observation_tokens`` each tool call (one call per tool per round, through
-:meth:`~tcrag_langgraph.machine.kernel.RunKernel.call_tool`). As in FLARE, DRAGIN and in-context
+:meth:`~tcrag_langgraph.core.kernel.RunKernel.call_tool`). As in FLARE, DRAGIN and in-context
 RALM, a piece sees only the evidence of the retrieval made for it (the latest round), fenced as
-data (:func:`~tcrag_langgraph.machine.state.fence_tool_output`), never as instructions. The final
+data (:func:`~tcrag_langgraph.core.state.fence_tool_output`), never as instructions. The final
 answer is read from the ``Answer:`` line and must fit ``answer_format``: when the budget ran out
 before an ``Answer:`` line, or the line does not fit, the model is asked for it, up to
 ``max_format_retries`` re-prompts, like the direct baselines.
 
 Token probabilities and entropies come from the scorer over the generator's own weights
-(:meth:`~tcrag_langgraph.machine.kernel.RunKernel.token_logprobs` / ``token_stats``): one
+(:meth:`~tcrag_langgraph.core.kernel.RunKernel.token_logprobs` / ``token_stats``): one
 teacher-forced pass over the piece given the question and the answer so far as plain text
 (:func:`scoring_context`). They are the generator's probabilities of those tokens in that context,
 not the sampling probabilities under the chat template and system prompt the piece was written with
@@ -54,20 +54,19 @@ from typing import Any, Literal, Optional, Sequence
 
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage
 from langchain_core.runnables import RunnableConfig
-from langgraph.graph import START, StateGraph
 from langgraph.runtime import Runtime
 from langgraph.types import Command
 from pydantic import Field
 
-from ..machine import answer_format
-from ..machine.config import TCRAGConfig
-from ..machine.kernel import MethodOptions, RunFailure, RunKernel, build_arguments, default_scorer, fresh_run
-from ..machine.state import MethodState, TraceEvent, fence_tool_output
-from ..monitor.state_values import evidence_context
+from ..core import answer_format
+from ..core.arguments import MethodOptions
+from ..core.config import TCRAGConfig
+from ..core.kernel import RunFailure, RunKernel, fresh_run
+from ..core.state import MethodState, TraceEvent, fence_tool_output
 from ..tools.text_analysis import STOPWORDS
 from ..tools.tokens import count_tokens, trim_to_tokens
 
-__all__ = ["ActiveRetrievalOptions", "ActiveRetrievalKernel", "ActiveState", "Trigger", "build_active_graph",
+__all__ = ["ActiveRetrievalOptions", "ActiveRetrievalKernel", "ActiveState", "Trigger",
            "content_words", "first_sentence", "join_text", "scoring_context", "split_sentences", "trim_piece"]
 
 SYSTEM_PROMPT = (
@@ -148,6 +147,8 @@ class ActiveRetrievalKernel(RunKernel):
     options_type = ActiveRetrievalOptions
     #: the method's name (trace and error messages)
     method = "active retrieval"
+    state_schema = ActiveState  # context: the method's options, TCRAGConfig or a mapping of their fields
+    nodes = {"Start": "start", "Generate": "generate", "Answer": "answer"}
 
     # ----- the hooks a method overrides -----
     def query_before(self, question: str, draft: str, last_piece: str, opts: Any) -> Optional[str]:
@@ -390,24 +391,3 @@ def _read_answer(fmt: Any, text: str) -> tuple[Optional[str], Any, Optional[str]
 def trim_piece(text: str, n_tokens: int) -> str:
     """The first ``n_tokens`` tokens of ``text`` (cl100k, the project's counter), unmarked."""
     return trim_to_tokens(text, n_tokens, marker="").strip()
-
-
-def build_active_graph(kernel_type: type[ActiveRetrievalKernel], *, model: Any, tools: Any, scorer: Any, config: Any,
-                       options: Any, checkpointer: Any, store: Any, name: str, trust_client_identity: bool,
-                       model_kwargs: Any, reads_scores: bool):
-    """The graph ``Start -> Generate -> Answer`` of a retrieval-while-writing method. ``reads_scores``:
-    the method reads token probabilities (FLARE, DRAGIN): with no scorer given, the generator's own
-    weights are used (a model without a trusted source is refused)."""
-    args = build_arguments(model=model, tools=tools, scorer=scorer, config=config, options=options, name=name,
-                           trust_client_identity=trust_client_identity, options_type=kernel_type.options_type,
-                           method=kernel_type.method, model_kwargs=model_kwargs)
-    used_scorer = default_scorer(args.model, args.scorer, needed=reads_scores,
-                                 why=f"{kernel_type.method} decides when to retrieve from token probabilities.")
-    holder = kernel_type(args.model, args.tools, used_scorer, args.config, args.options,
-                         trust_client_identity=trust_client_identity)
-    builder = StateGraph(ActiveState)  # context: the method's options, TCRAGConfig or a mapping of their fields
-    builder.add_node("Start", holder.node(holder.start))
-    builder.add_node("Generate", holder.node(holder.generate))
-    builder.add_node("Answer", holder.node(holder.answer))
-    builder.add_edge(START, "Start")
-    return builder.compile(checkpointer=checkpointer, store=store, name=args.name)

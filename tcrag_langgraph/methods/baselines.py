@@ -7,36 +7,33 @@
 =========  ===================================================================================
 
 Each is a small graph (``Start`` -> [``Retrieve``] -> ``Answer``) whose nodes stand on
-:class:`~tcrag_langgraph.machine.kernel.RunKernel` like every other method's: the same question
+:class:`~tcrag_langgraph.core.kernel.RunKernel` like every other method's: the same question
 check, model call, tool call (with the caller's identity) and halt. ``answer_format`` is enforced
 like the stack machine's Conclusion: a reply that does not fit is re-prompted with what is allowed,
 up to ``max_format_retries`` times.
 
 Example:
     >>> from langchain_core.language_models.fake_chat_models import FakeListChatModel
-    >>> out = build_base_graph(model=FakeListChatModel(responses=["B"])).invoke({"question": "Which? A. x B. y"})
+    >>> out = Base.build(model=FakeListChatModel(responses=["B"])).invoke({"question": "Which? A. x B. y"})
     >>> out["answer"], out["llm_calls"], out["tool_calls"], out["halt_reason"]
     ('B', 1, 0, 'answered')
 """
 
 from __future__ import annotations
 
-from typing import Any, Literal, Mapping, Optional, Sequence
+from typing import Any, ClassVar, Literal
 
-from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage
 from langchain_core.runnables import RunnableConfig
-from langchain_core.tools import BaseTool
-from langgraph.graph import START, StateGraph
 from langgraph.runtime import Runtime
 from langgraph.types import Command
 
-from ..machine import answer_format
-from ..machine.config import TCRAGConfig
-from ..machine.kernel import RunKernel, build_arguments, fresh_run
-from ..machine.state import MethodState
+from ..core import answer_format
+from ..core.config import TCRAGConfig
+from ..core.kernel import RunKernel, fresh_run
+from ..core.state import MethodState
 
-__all__ = ["DirectState", "build_base_graph", "build_cot_graph", "build_sr_rag_graph", "BASELINES"]
+__all__ = ["DirectState", "Base", "CoT", "SRRAG", "BASELINES"]
 
 Variant = Literal["base", "cot", "sr-rag"]
 BASELINES: tuple[Variant, ...] = ("base", "cot", "sr-rag")
@@ -81,9 +78,10 @@ def _answer_line(text: str) -> str:
 class _Direct(RunKernel):
     """A baseline's nodes: ``Start``, ``Retrieve`` (SR-RAG only) and ``Answer``."""
 
-    def __init__(self, variant: Variant, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self.variant = variant
+    variant: ClassVar[Variant]
+    state_schema = DirectState
+    context_schema = TCRAGConfig
+    nodes = {"Start": "start", "Answer": "answer"}
 
     def start(self, state: DirectState, config: RunnableConfig, runtime: Runtime) -> Command[
         Literal["Answer", "__end__"]
@@ -146,52 +144,22 @@ class _Direct(RunKernel):
                          extra=work)
 
 
-def _build(variant: Variant, *, model: Any, tools: Any, scorer: Any, config: Any, options: Any, checkpointer: Any,
-           store: Any, name: Optional[str], trust_client_identity: bool, model_kwargs: Any = None):
-    args = build_arguments(model=model, tools=tools, scorer=scorer, config=config, options=options,
-                           name=name or variant, trust_client_identity=trust_client_identity, method=variant,
-                           model_kwargs=model_kwargs)
-    holder = _Direct(variant, args.model, args.tools if variant == "sr-rag" else [], args.scorer, args.config,
-                     trust_client_identity=trust_client_identity)
-    builder = StateGraph(DirectState, context_schema=TCRAGConfig)
-    if variant == "sr-rag":
-        builder.add_node("Start", holder.node(holder.start_retrieving))
-        builder.add_node("Retrieve", holder.node(holder.retrieve))
-    else:
-        builder.add_node("Start", holder.node(holder.start))
-    builder.add_node("Answer", holder.node(holder.answer))
-    builder.add_edge(START, "Start")
-    return builder.compile(checkpointer=checkpointer, store=store, name=args.name)
-
-
-def build_base_graph(*, model: BaseChatModel | str | None = None, tools: Optional[Sequence[BaseTool]] = None,
-                     scorer: Any = None, config: Optional[TCRAGConfig | dict[str, Any]] = None, options: Any = None,
-                     checkpointer: Any = None, store: Any = None, name: str = "base",
-                     trust_client_identity: bool = False,
-                     model_kwargs: Optional[Mapping[str, Any]] = None):
+class Base(_Direct):
     """Base: one LLM call, no retrieval (``tools`` are accepted and not called)."""
-    return _build("base", model=model, tools=tools, scorer=scorer, config=config, options=options,
-                  checkpointer=checkpointer, store=store, name=name, trust_client_identity=trust_client_identity,
-                  model_kwargs=model_kwargs)
+
+    method = default_name = variant = "base"
+    calls_tools = False
 
 
-def build_cot_graph(*, model: BaseChatModel | str | None = None, tools: Optional[Sequence[BaseTool]] = None,
-                    scorer: Any = None, config: Optional[TCRAGConfig | dict[str, Any]] = None, options: Any = None,
-                    checkpointer: Any = None, store: Any = None, name: str = "cot",
-                    trust_client_identity: bool = False,
-                    model_kwargs: Optional[Mapping[str, Any]] = None):
+class CoT(_Direct):
     """CoT: one LLM call that reasons step by step; the answer is read from its ``Answer:`` line."""
-    return _build("cot", model=model, tools=tools, scorer=scorer, config=config, options=options,
-                  checkpointer=checkpointer, store=store, name=name, trust_client_identity=trust_client_identity,
-                  model_kwargs=model_kwargs)
+
+    method = default_name = variant = "cot"
+    calls_tools = False
 
 
-def build_sr_rag_graph(*, model: BaseChatModel | str | None = None, tools: Optional[Sequence[BaseTool]] = None,
-                       scorer: Any = None, config: Optional[TCRAGConfig | dict[str, Any]] = None, options: Any = None,
-                       checkpointer: Any = None, store: Any = None, name: str = "sr-rag",
-                       trust_client_identity: bool = False,
-                       model_kwargs: Optional[Mapping[str, Any]] = None):
+class SRRAG(_Direct):
     """SR-RAG: every tool once with the question, then one LLM call over what they returned."""
-    return _build("sr-rag", model=model, tools=tools, scorer=scorer, config=config, options=options,
-                  checkpointer=checkpointer, store=store, name=name, trust_client_identity=trust_client_identity,
-                  model_kwargs=model_kwargs)
+
+    method = default_name = variant = "sr-rag"
+    nodes = {"Start": "start_retrieving", "Retrieve": "retrieve", "Answer": "answer"}

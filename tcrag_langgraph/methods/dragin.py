@@ -26,7 +26,7 @@ any split. Loop, budgets (``max_steps`` caps the retrieval rounds) and answer ru
 Example:
     >>> from tcrag_langgraph.testing import ScriptedTokenScorer, recording_model, scripted_tool
     >>> scorer = ScriptedTokenScorer(entropies={"dose": 4.0, "the": 9.0})   # "the" is a stopword
-    >>> g = build_dragin_graph(model=recording_model(["It is the drug. The dose is 2 g.", "A dose of 1 g.",
+    >>> g = DRAGIN.build(model=recording_model(["It is the drug. The dose is 2 g.", "A dose of 1 g.",
     ...                                               "Answer: yes"]),
     ...                        tools=[scripted_tool("DOC_RAG", "passage about {input}")], scorer=scorer)
     >>> out = g.invoke({"question": "Is metformin first-line?"})
@@ -36,19 +36,23 @@ Example:
 
 from __future__ import annotations
 
-from typing import Any, Mapping, Optional, Sequence
+from typing import Any, Optional
 
-from langchain_core.language_models import BaseChatModel
-from langchain_core.tools import BaseTool
 from pydantic import Field
 
-from ..machine import answer_format
-from ..machine.config import TCRAGConfig
+from ..core import answer_format
 from ..tools.text_analysis import STOPWORDS
-from .adaptive import (ActiveRetrievalKernel, ActiveRetrievalOptions, Trigger, build_active_graph, content_words,
-                       join_text, scoring_context, split_sentences)
+from .adaptive import (
+    ActiveRetrievalKernel,
+    ActiveRetrievalOptions,
+    Trigger,
+    content_words,
+    join_text,
+    scoring_context,
+    split_sentences,
+)
 
-__all__ = ["DRAGINOptions", "build_dragin_graph", "is_content_token"]
+__all__ = ["DRAGINOptions", "DRAGIN", "is_content_token"]
 
 
 class DRAGINOptions(ActiveRetrievalOptions):
@@ -73,9 +77,12 @@ def is_content_token(piece: str) -> bool:
     return any(c.isalnum() for c in word) and word not in STOPWORDS and not lone_letter
 
 
-class _Dragin(ActiveRetrievalKernel):
+class DRAGIN(ActiveRetrievalKernel):
     options_type = DRAGINOptions
     method = "DRAGIN"
+    default_name = "dragin"
+    reads_scores = True
+    scorer_advice = "DRAGIN decides when to retrieve from token probabilities."
 
     def piece_of(self, reply: str, opts: Any) -> str:
         # the whole continuation, read sentence by sentence, up to its Answer line (the answer ends it)
@@ -105,15 +112,3 @@ class _Dragin(ActiveRetrievalKernel):
                                           f"{opts.entropy_threshold}")
             kept = join_text(kept, sentence)
         return None
-
-
-def build_dragin_graph(*, model: BaseChatModel | str | None = None, tools: Optional[Sequence[BaseTool]] = None,
-                       scorer: Any = None, config: Optional[TCRAGConfig | dict[str, Any]] = None,
-                       options: DRAGINOptions | Mapping[str, Any] | None = None, checkpointer: Any = None,
-                       store: Any = None, name: str = "dragin", trust_client_identity: bool = False,
-                       model_kwargs: Optional[Mapping[str, Any]] = None):
-    """DRAGIN (entropy-only RIND): retrieve when a content token of the continuation is uncertain."""
-    return build_active_graph(_Dragin, model=model, tools=tools, scorer=scorer, config=config, options=options,
-                              checkpointer=checkpointer, store=store, name=name,
-                              trust_client_identity=trust_client_identity, model_kwargs=model_kwargs,
-                              reads_scores=True)

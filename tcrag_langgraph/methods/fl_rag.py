@@ -9,7 +9,7 @@ for only that many new tokens. The shared loop, budgets and answer rule: :mod:`.
 
 Example:
     >>> from tcrag_langgraph.testing import recording_model, scripted_tool
-    >>> g = build_fl_rag_graph(model=recording_model(["Metformin lowers glucose.", "Answer: yes"]),
+    >>> g = FLRAG.build(model=recording_model(["Metformin lowers glucose.", "Answer: yes"]),
     ...                        tools=[scripted_tool("DOC_RAG", "passage about {input}")], options={"n_tokens": 8})
     >>> out = g.invoke({"question": "Is metformin first-line?"})
     >>> out["answer"], [e["query"] for e in out["evidence"]]
@@ -18,16 +18,14 @@ Example:
 
 from __future__ import annotations
 
-from typing import Any, Mapping, Optional, Sequence
+from typing import Any, Optional
 
-from langchain_core.language_models import BaseChatModel
-from langchain_core.tools import BaseTool
 from pydantic import Field
 
-from ..machine.config import TCRAGConfig
-from .adaptive import ActiveRetrievalKernel, ActiveRetrievalOptions, build_active_graph, trim_piece
+from ..core.config import TCRAGConfig
+from .adaptive import ActiveRetrievalKernel, ActiveRetrievalOptions, trim_piece
 
-__all__ = ["FLRAGOptions", "build_fl_rag_graph"]
+__all__ = ["FLRAGOptions", "FLRAG"]
 
 
 class FLRAGOptions(ActiveRetrievalOptions):
@@ -36,9 +34,10 @@ class FLRAGOptions(ActiveRetrievalOptions):
     n_tokens: int = Field(default=32, ge=1, le=1024, description="Tokens of answer written between two retrievals.")
 
 
-class _FixedLength(ActiveRetrievalKernel):
+class FLRAG(ActiveRetrievalKernel):
     options_type = FLRAGOptions
     method = "FL-RAG"
+    default_name = "fl-rag"
 
     def query_before(self, question: str, draft: str, last_piece: str, opts: Any) -> Optional[str]:
         return last_piece or question
@@ -48,15 +47,3 @@ class _FixedLength(ActiveRetrievalKernel):
 
     def call_budget(self, cfg: TCRAGConfig, opts: Any) -> int:
         return min(opts.n_tokens, cfg.max_new_tokens)  # a local model writes only the window
-
-
-def build_fl_rag_graph(*, model: BaseChatModel | str | None = None, tools: Optional[Sequence[BaseTool]] = None,
-                       scorer: Any = None, config: Optional[TCRAGConfig | dict[str, Any]] = None,
-                       options: FLRAGOptions | Mapping[str, Any] | None = None, checkpointer: Any = None,
-                       store: Any = None, name: str = "fl-rag", trust_client_identity: bool = False,
-                       model_kwargs: Optional[Mapping[str, Any]] = None):
-    """FL-RAG: retrieve with the previous ``n_tokens`` tokens before writing the next ones."""
-    return build_active_graph(_FixedLength, model=model, tools=tools, scorer=scorer, config=config, options=options,
-                              checkpointer=checkpointer, store=store, name=name,
-                              trust_client_identity=trust_client_identity, model_kwargs=model_kwargs,
-                              reads_scores=False)

@@ -20,7 +20,7 @@ thresholds; a higher value retrieves more often).
 Example:
     >>> from tcrag_langgraph.testing import ScriptedTokenScorer, recording_model, scripted_tool
     >>> scorer = ScriptedTokenScorer(logprobs={"perhaps": -2.0})   # P(perhaps) = 0.14 < 0.4
-    >>> g = build_flare_graph(model=recording_model(["It is perhaps X.", "It is metformin.", "Answer: yes"]),
+    >>> g = FLARE.build(model=recording_model(["It is perhaps X.", "It is metformin.", "Answer: yes"]),
     ...                       tools=[scripted_tool("DOC_RAG", "passage about {input}")], scorer=scorer)
     >>> out = g.invoke({"question": "Is metformin first-line?"})
     >>> out["answer"], [e["query"] for e in out["evidence"]], out["draft"].splitlines()[0]
@@ -30,17 +30,14 @@ Example:
 from __future__ import annotations
 
 import math
-from typing import Any, Mapping, Optional, Sequence
+from typing import Any, Optional
 
-from langchain_core.language_models import BaseChatModel
-from langchain_core.tools import BaseTool
 from pydantic import Field
 
-from ..machine import answer_format
-from ..machine.config import TCRAGConfig
-from .adaptive import ActiveRetrievalKernel, ActiveRetrievalOptions, Trigger, build_active_graph
+from ..core import answer_format
+from .adaptive import ActiveRetrievalKernel, ActiveRetrievalOptions, Trigger
 
-__all__ = ["FLAREOptions", "build_flare_graph"]
+__all__ = ["FLAREOptions", "FLARE"]
 
 
 class FLAREOptions(ActiveRetrievalOptions):
@@ -53,9 +50,12 @@ class FLAREOptions(ActiveRetrievalOptions):
                                           description="Retrieve with the question before the first sentence.")
 
 
-class _Flare(ActiveRetrievalKernel):
+class FLARE(ActiveRetrievalKernel):
     options_type = FLAREOptions
     method = "FLARE"
+    default_name = "flare"
+    reads_scores = True
+    scorer_advice = "FLARE decides when to retrieve from token probabilities."
 
     def query_before(self, question: str, draft: str, last_piece: str, opts: Any) -> Optional[str]:
         return question if opts.retrieve_question_first and not draft and not last_piece else None
@@ -71,15 +71,3 @@ class _Flare(ActiveRetrievalKernel):
         return Trigger(keep="", query=query,
                        reason=f"a token of the tentative sentence has probability {math.exp(lowest):.3f} "
                               f"< {opts.threshold}")
-
-
-def build_flare_graph(*, model: BaseChatModel | str | None = None, tools: Optional[Sequence[BaseTool]] = None,
-                      scorer: Any = None, config: Optional[TCRAGConfig | dict[str, Any]] = None,
-                      options: FLAREOptions | Mapping[str, Any] | None = None, checkpointer: Any = None,
-                      store: Any = None, name: str = "flare", trust_client_identity: bool = False,
-                      model_kwargs: Optional[Mapping[str, Any]] = None):
-    """FLARE: retrieve with the tentative next sentence when one of its tokens is improbable."""
-    return build_active_graph(_Flare, model=model, tools=tools, scorer=scorer, config=config, options=options,
-                              checkpointer=checkpointer, store=store, name=name,
-                              trust_client_identity=trust_client_identity, model_kwargs=model_kwargs,
-                              reads_scores=True)

@@ -25,15 +25,20 @@ name               what it is
 ``tcrag-answer``   TC-RAG, state monitor on 1 - the probability of the chosen answer (answer_prob)
 ``tcrag-auto``     TC-RAG with sigma="auto": the state value and sigma the model's calibration on the
                    task chose (best AUROC; tcrag calibrate --metric all)
+``tcrag``          TC-RAG with the configuration exactly as given (what the faces serve; not a table row)
 =================  ==============================================================================
 
-The registry of every method the library has: the faces (``tcrag ask/serve``, Studio) and the
-evaluation harness build methods through it. ReAct and the ablations are not copies: they are
+The registry of every method the library has, one row each: the faces (``tcrag ask/serve``, Studio)
+and the evaluation harness build methods through it, and the rest is generated from it: each
+method's builder (``build_<name>_graph``, e.g. :func:`build_crp_rag_graph`, is ``CRPRAG.build``),
+Studio's graph factories and ``langgraph.json`` (``tcrag studio-config`` writes it; a test fails when
+the file and the registry differ). A method is one module declaring its node holder
+(:class:`~tcrag_langgraph.core.kernel.RunKernel`) plus one row here: docs/methods.md shows how. ReAct and the ablations are not copies: they are
 :func:`tcrag_langgraph.build_graph` with switches of :class:`~tcrag_langgraph.TCRAGConfig`. Base,
 CoT and SR-RAG (:mod:`.baselines`), the retrieval-while-writing baselines (FL-RAG, FS-RAG, FLARE,
 DRAGIN: :mod:`.adaptive` and one module each), Self-RAG (:mod:`.self_rag`) and the papers' methods
-(CRP-RAG, KAG-Thinker, TCM-DiffRAG) are graphs of their own; every builder has the same signature and stands on the run kernel
-(:mod:`tcrag_langgraph.machine.kernel`). Every method is invoked with
+(CRP-RAG, KAG-Thinker, TCM-DiffRAG) are node holders of their own; every one is built by the run
+kernel's one ``build`` (:mod:`tcrag_langgraph.core.kernel`), so every builder has the same signature. Every method is invoked with
 ``{"question": ...}`` and returns at least ``answer``, ``structured_answer``, ``answer_validated``,
 ``halt_reason``, ``llm_calls``, ``tool_calls``, ``steps`` and ``trace``. Per-run options (above all
 ``answer_format``) come as the run context, ``invoke(..., context={"answer_format": [...]})``, for
@@ -49,103 +54,175 @@ Example:
     >>> out = m.invoke({"question": "Which? A. x B. y"})
     >>> out["answer"], out["llm_calls"], out["tool_calls"]
     ('Answer: B', 1, 0)
-    >>> sorted({s.builder for s in METHODS.values()})[0]
-    'tcrag_langgraph.machine.graph:build_graph'
+    >>> METHODS["react"].kernel, METHODS["crp-rag"].kernel
+    ('tcrag_langgraph.methods.tcrag.graph:TCRAG', 'tcrag_langgraph.methods.crp_rag.graph:CRPRAG')
 """
 
 from __future__ import annotations
 
 import importlib
+import re
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any, Callable, Mapping, Optional, Sequence
 
 from langchain_core.language_models import BaseChatModel
 from langchain_core.tools import BaseTool
 
-from ..machine.config import TCRAGConfig
+from ..core.config import TCRAGConfig
 
-__all__ = ["MethodSpec", "METHODS", "METHOD_NAMES", "DEFAULT_METHOD", "build_method", "build_methods", "check_method_options",
-           "method_builder", "tcrag_config_for"]
+__all__ = ["MethodSpec", "METHODS", "METHOD_NAMES", "DEFAULT_METHOD", "STUDIO_METHODS", "studio_methods", "build_method", "build_methods",
+           "check_method_options", "method_builder", "method_kernel", "tcrag_config_for", "langgraph_config"]
 
-_TCRAG = "tcrag_langgraph.machine.graph:build_graph"
+_TCRAG = "tcrag_langgraph.methods.tcrag.graph:TCRAG"
 
 
 @dataclass(frozen=True)
 class MethodSpec:
-    """A method's name, its table label and group, its builder and (for stack-machine methods) its switches."""
+    """One method: its name, table label and group, its node holder and (for stack-machine methods) its switches."""
 
     name: str
     label: str
     group: str
-    #: "module:function" of its builder; every builder takes the same keywords (model, tools, scorer,
-    #: config, options, checkpointer, store, name, trust_client_identity)
-    builder: str
+    #: "module:Class" of its node holder (a :class:`~tcrag_langgraph.core.kernel.RunKernel` that declares
+    #: the method); its ``build`` is the method's builder
+    kernel: str
     #: TCRAGConfig switches this method sets on the shared configuration (ReAct and the ablations)
     overrides: Mapping[str, Any] = field(default_factory=dict)
-    uses_tools: bool = True
     #: reads log-probs from the state scorer (the state monitor, CRP-RAG's sufficiency test,
     #: KAG-Thinker's likelihood test), so ``tcrag eval --scorer`` applies to it
     uses_scorer: bool = False
-    #: has options of its own beyond TCRAGConfig (its builder's ``options=``)
-    takes_options: bool = False
     #: builds its own index from documents (``documents=`` of its builder) instead of calling tools
     indexes_documents: bool = False
+    #: what LangGraph Studio shows for it; "" = not one of the graphs ``langgraph.json`` serves
+    studio: str = ""
+    #: a row of the evaluation tables (``tcrag eval --method all``)
+    in_tables: bool = True
+
+    @property
+    def builder(self) -> str:
+        """"module:Class.build": the method's builder."""
+        return f"{self.kernel}.build"
 
     @property
     def is_stack_machine(self) -> bool:
-        return self.builder == _TCRAG
+        return self.kernel == _TCRAG
+
+    @cached_property
+    def holder(self) -> type:
+        """The node-holder class (imported on first use)."""
+        module_name, _, class_name = self.kernel.partition(":")
+        return getattr(importlib.import_module(module_name), class_name)
+
+    @property
+    def takes_options(self) -> bool:
+        """Has options of its own beyond TCRAGConfig (its node holder declares an ``options_type``)."""
+        return self.holder.options_type is not None
+
+    @property
+    def uses_tools(self) -> bool:
+        return self.holder.calls_tools
 
 
+def _row(name: str, label: str, group: str, kernel: str, overrides: Optional[Mapping[str, Any]] = None,
+         **flags: Any) -> MethodSpec:
+    return MethodSpec(name, label, group, kernel, dict(overrides or {}), **flags)
+
+
+#: what Studio shows for each graph it serves
+_STUDIO = {
+    "tcrag": "TC-RAG (Turing-Complete RAG): an agent whose memory is a stack (User_Query, Thought, Plan, Tool_Use, Summary, Backtrack, Conclusion frames) and which halts only when the state value from a local LM (conditional perplexity or uncertainty) falls below sigma. State shows stack, trace, state_value, state_history, sigma and metric. Runtime options (sigma, metric, max_steps, ...) go in the run's context (default budgets: those of tcrag ask, 6 steps and 64 new tokens); who the run acts for (EMR access) comes only from the authenticated user (bearer token or X-API-Key checked against the users file in TCRAG_AUTH_USERS), never from context or configurable. Set TCRAG_STUDIO_SCRIPTED=script.json to replay a scripted model instead of the packaged SmolLM2 (testing/demo only).",
+    "crp-rag": "CRP-RAG (reasoning graph, knowledge-sufficiency check, abstention) on the same model, tools and authentication as tcrag; bounded budgets of tcrag ask by default, runtime options in the run's context.",
+    "kag-thinker": "KAG-Thinker (logical-form plans with Retrieval/Math/Deduce steps and a knowledge-boundary check) on the same model, tools and authentication as tcrag.",
+    "diffrag": "TCM-DiffRAG (heading-aware chunks and source-linked triples) on the same model and authentication as tcrag.",
+    "base": "Baseline: one model call, no retrieval.",
+    "cot": "Baseline: one model call reasoning step by step.",
+    "sr-rag": "Baseline: every tool once with the question, then one model call.",
+    "react": "Baseline: the TC-RAG stack machine without Backtrack, Summary and the state monitor (ReAct).",
+    "fl-rag": "Baseline (paper Table 1): FL-RAG, retrieve before every n generated tokens, on the same model, tools and authentication as tcrag.",
+    "fs-rag": "Baseline (paper Table 1): FS-RAG, retrieve before every sentence.",
+    "flare": "Baseline (paper Table 1): FLARE, retrieve with the upcoming sentence when one of its tokens is improbable (the generator's own log-probs).",
+    "dragin": "Baseline (paper Table 1): DRAGIN, retrieve when a content token's entropy is high (entropy only: llama.cpp exposes no attention).",
+    "self-rag": "Baseline (paper Table 1): Self-RAG with prompted reflection (Retrieve?, IsRel, IsSup, IsUse asked of the same model; no trained critic)."
+}
+
+
+_M = "tcrag_langgraph.methods."
 METHODS: dict[str, MethodSpec] = {
     spec.name: spec
     for spec in (
-        MethodSpec("base", "Base", "Without RAG", "tcrag_langgraph.methods.baselines:build_base_graph",
-                   uses_tools=False),
-        MethodSpec("cot", "CoT", "Without RAG", "tcrag_langgraph.methods.baselines:build_cot_graph", uses_tools=False),
-        MethodSpec("sr-rag", "SR-RAG", "Naive RAG", "tcrag_langgraph.methods.baselines:build_sr_rag_graph"),
-        MethodSpec("react", "ReAct", "Adaptive RAG", _TCRAG,
-                   {"enable_backtrack": False, "enable_summary": False, "enable_state_monitor": False}),
-        MethodSpec("tcrag-cppl", "TC-RAG-cppl", "Ours", _TCRAG, {"metric": "cppl"}, uses_scorer=True),
-        MethodSpec("tcrag-uct", "TC-RAG-uct", "Ours", _TCRAG, {"metric": "uct"}, uses_scorer=True),
-        MethodSpec("wo-backtrack", "w/o Backtrack", "Ablations", _TCRAG, {"enable_backtrack": False}, uses_scorer=True),
-        MethodSpec("wo-summary", "w/o Summary", "Ablations", _TCRAG, {"enable_summary": False}, uses_scorer=True),
-        MethodSpec("wo-monitor", "w/o State Monitor", "Ablations", _TCRAG, {"enable_state_monitor": False}),
+        _row("base", "Base", "Without RAG", _M + "baselines:Base", studio=_STUDIO["base"]),
+        _row("cot", "CoT", "Without RAG", _M + "baselines:CoT", studio=_STUDIO["cot"]),
+        _row("sr-rag", "SR-RAG", "Naive RAG", _M + "baselines:SRRAG", studio=_STUDIO["sr-rag"]),
+        _row("react", "ReAct", "Adaptive RAG", _TCRAG,
+             {"enable_backtrack": False, "enable_summary": False, "enable_state_monitor": False}, studio=_STUDIO["react"]),
+        _row("tcrag-cppl", "TC-RAG-cppl", "Ours", _TCRAG, {"metric": "cppl"}, uses_scorer=True),
+        _row("tcrag-uct", "TC-RAG-uct", "Ours", _TCRAG, {"metric": "uct"}, uses_scorer=True),
+        _row("wo-backtrack", "w/o Backtrack", "Ablations", _TCRAG, {"enable_backtrack": False}, uses_scorer=True),
+        _row("wo-summary", "w/o Summary", "Ablations", _TCRAG, {"enable_summary": False}, uses_scorer=True),
+        _row("wo-monitor", "w/o State Monitor", "Ablations", _TCRAG, {"enable_state_monitor": False}),
         # beyond the paper (monitor/state_values.py): the same machine, other state values
-        MethodSpec("tcrag-cppl-ev", "TC-RAG-cppl+evidence", "Ours", _TCRAG, {"metric": "cppl_evidence"},
-                   uses_scorer=True),
-        MethodSpec("tcrag-uct-ev", "TC-RAG-uct+evidence", "Ours", _TCRAG, {"metric": "uct_evidence"},
-                   uses_scorer=True),
-        MethodSpec("tcrag-answer", "TC-RAG-answer-prob", "Ours", _TCRAG, {"metric": "answer_prob"}, uses_scorer=True),
-        MethodSpec("tcrag-auto", "TC-RAG-auto", "Ours", _TCRAG, {"sigma": "auto"}, uses_scorer=True),
-        MethodSpec("crp-rag", "CRP-RAG", "Papers", "tcrag_langgraph.methods.crp_rag:build_crp_rag_graph",
-                   uses_scorer=True, takes_options=True),
-        MethodSpec("diffrag", "TCM-DiffRAG", "Papers", "tcrag_langgraph.methods.diffrag:build_diffrag_graph",
-                   takes_options=True, indexes_documents=True),
-        MethodSpec("kag-thinker", "KAG-Thinker", "Papers", "tcrag_langgraph.methods.kag_thinker:build_kag_thinker_graph",
-                   uses_scorer=True, takes_options=True),
-        # the paper's other Table 1 baselines (issue 24 item 3), after its own rows and the other papers' methods
-        MethodSpec("fl-rag", "FL-RAG", "Naive RAG", "tcrag_langgraph.methods.fl_rag:build_fl_rag_graph",
-                   takes_options=True),
-        MethodSpec("fs-rag", "FS-RAG", "Naive RAG", "tcrag_langgraph.methods.fs_rag:build_fs_rag_graph",
-                   takes_options=True),
-        MethodSpec("self-rag", "Self-RAG", "Adaptive RAG", "tcrag_langgraph.methods.self_rag:build_self_rag_graph",
-                   takes_options=True),
-        MethodSpec("flare", "FLARE", "Adaptive RAG", "tcrag_langgraph.methods.flare:build_flare_graph",
-                   uses_scorer=True, takes_options=True),
-        MethodSpec("dragin", "DRAGIN", "Adaptive RAG", "tcrag_langgraph.methods.dragin:build_dragin_graph",
-                   uses_scorer=True, takes_options=True),
+        _row("tcrag-cppl-ev", "TC-RAG-cppl+evidence", "Ours", _TCRAG, {"metric": "cppl_evidence"}, uses_scorer=True),
+        _row("tcrag-uct-ev", "TC-RAG-uct+evidence", "Ours", _TCRAG, {"metric": "uct_evidence"}, uses_scorer=True),
+        _row("tcrag-answer", "TC-RAG-answer-prob", "Ours", _TCRAG, {"metric": "answer_prob"}, uses_scorer=True),
+        _row("tcrag-auto", "TC-RAG-auto", "Ours", _TCRAG, {"sigma": "auto"}, uses_scorer=True),
+        _row("crp-rag", "CRP-RAG", "Papers", _M + "crp_rag.graph:CRPRAG", uses_scorer=True, studio=_STUDIO["crp-rag"]),
+        _row("diffrag", "TCM-DiffRAG", "Papers", _M + "diffrag.graph:DiffRAG", indexes_documents=True,
+             studio=_STUDIO["diffrag"]),
+        _row("kag-thinker", "KAG-Thinker", "Papers", _M + "kag_thinker.graph:KAGThinker", uses_scorer=True,
+             studio=_STUDIO["kag-thinker"]),
+        # the paper's other Table 1 baselines, after its own rows and the other papers' methods
+        _row("fl-rag", "FL-RAG", "Naive RAG", _M + "fl_rag:FLRAG", studio=_STUDIO["fl-rag"]),
+        _row("fs-rag", "FS-RAG", "Naive RAG", _M + "fs_rag:FSRAG", studio=_STUDIO["fs-rag"]),
+        _row("self-rag", "Self-RAG", "Adaptive RAG", _M + "self_rag:SelfRAG", studio=_STUDIO["self-rag"]),
+        _row("flare", "FLARE", "Adaptive RAG", _M + "flare:FLARE", uses_scorer=True, studio=_STUDIO["flare"]),
+        _row("dragin", "DRAGIN", "Adaptive RAG", _M + "dragin:DRAGIN", uses_scorer=True, studio=_STUDIO["dragin"]),
+        # what the faces serve unless told otherwise: TC-RAG with the configuration exactly as given (its
+        # metric, switches and sigma); not a row of the evaluation tables, which name the metric
+        _row("tcrag", "TC-RAG", "Ours", _TCRAG, uses_scorer=True, studio=_STUDIO["tcrag"], in_tables=False),
     )
 }
-METHOD_NAMES: tuple[str, ...] = tuple(METHODS)
-#: what the faces serve unless told otherwise: TC-RAG with the configuration exactly as given (its
-#: metric, switches and sigma); not a row of the evaluation tables, which name the metric
+#: the methods of the evaluation tables (``tcrag eval --method all``)
+METHOD_NAMES: tuple[str, ...] = tuple(n for n, s in METHODS.items() if s.in_tables)
 DEFAULT_METHOD = "tcrag"
 
 
+def studio_methods() -> dict[str, str]:
+    """The graphs LangGraph Studio serves (``langgraph.json``): graph id -> the method it serves, TC-RAG
+    first, then every row with a ``studio`` description in the registry's order."""
+    return {n: n for n in (DEFAULT_METHOD, *(n for n, s in METHODS.items() if s.studio and n != DEFAULT_METHOD))}
+
+
+#: :func:`studio_methods` as the package ships it (Studio's factories are made from it at import)
+STUDIO_METHODS: dict[str, str] = studio_methods()
+
+
+def method_kernel(name: str) -> type:
+    """The node-holder class of method ``name`` (imported on first use)."""
+    return _spec(name).holder
+
+
 def method_builder(name: str) -> Callable[..., Any]:
-    """The builder function of method ``name`` (imported on first use)."""
-    module_name, _, function = _spec(name).builder.partition(":")
-    return getattr(importlib.import_module(module_name), function)
+    """The builder of method ``name``: its node holder's ``build`` (imported on first use)."""
+    return method_kernel(name).build
+
+
+def langgraph_config(auth: str = "./tcrag_langgraph/faces/auth.py:auth") -> dict[str, Any]:
+    """``langgraph.json`` as the registry defines it: one graph per :data:`STUDIO_METHODS` entry (the
+    factories of :mod:`tcrag_langgraph.faces.studio`) behind the servers' authentication."""
+    return {
+        "$schema": "https://langgra.ph/schema.json",
+        "python_version": "3.11",
+        "dependencies": ["."],
+        "graphs": {name: {"path": f"./tcrag_langgraph/faces/studio.py:{studio_factory_name(name)}",
+                          "description": METHODS[name].studio} for name in studio_methods()},
+        "auth": {"path": auth, "disable_studio_auth": True},
+    }
+
+
+def studio_factory_name(name: str) -> str:
+    """The Studio factory's name for method ``name`` (``crp-rag`` -> ``crp_rag_graph``; TC-RAG's is ``studio_graph``)."""
+    return "studio_graph" if name == DEFAULT_METHOD else f"{name.replace('-', '_')}_graph"
 
 
 def tcrag_config_for(
@@ -197,7 +274,7 @@ def build_method(
     options: Optional[Mapping[str, Any]] = None,
     **build_options: Any,
 ):
-    """A compiled graph for method ``name`` (see the module table; ``"tcrag"``: :data:`DEFAULT_METHOD`).
+    """A compiled graph for method ``name`` (see the module table).
 
     ``config`` is the shared base configuration (max_steps, max_new_tokens, temperature, ...);
     ``scorer`` the state monitor for the TC-RAG variants (``None`` = the generator's own weights);
@@ -209,17 +286,12 @@ def build_method(
     ``build_options`` go to the builder as they are (``checkpointer``, ``store``,
     ``trust_client_identity``).
     """
-    if name == DEFAULT_METHOD:
-        if options:
-            _check_takes_options("tcrag-cppl")
-        return method_builder("tcrag-cppl")(model=model, tools=list(tools), scorer=scorer, config=config,
-                                            **{"name": name, **build_options})
     spec = _spec(name)
     if options:
         _check_takes_options(name)
     base = config or TCRAGConfig()
     kwargs: dict[str, Any] = {"name": name, **build_options}
-    if spec.is_stack_machine:
+    if spec.is_stack_machine and name != DEFAULT_METHOD:
         base = tcrag_config_for(name, config=base, sigmas=sigmas)
     own = dict(options or {})
     if spec.indexes_documents and documents is not None:
@@ -273,3 +345,16 @@ def build_methods(
                         options=method_options.get(n))
         for n in dict.fromkeys(names)
     }
+
+
+_GENERATED_BUILDER = re.compile(r"build_(\w+)_graph")
+
+
+def __getattr__(name: str) -> Any:
+    """``build_<method>_graph``: the builder of every method with a node holder of its own (the TC-RAG
+    variants are configurations of :func:`tcrag_langgraph.build_graph`), e.g. ``build_crp_rag_graph``."""
+    found = _GENERATED_BUILDER.fullmatch(name)
+    method = found and found.group(1).replace("_", "-")
+    if method and method in METHODS and not METHODS[method].is_stack_machine:
+        return method_builder(method)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

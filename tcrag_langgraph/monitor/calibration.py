@@ -19,9 +19,9 @@ import math
 import os
 import re
 import tempfile
-from glob import escape as glob_escape
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
+from glob import escape as glob_escape
 from pathlib import Path
 from typing import Any, Optional
 
@@ -251,7 +251,7 @@ def resolve_sigma(config: Any, model_id: str, *, path: str | os.PathLike[str] | 
     when the graph is built and again when a run changes the metric or sigma.
 
     Example:
-        >>> from tcrag_langgraph.machine.config import TCRAGConfig
+        >>> from tcrag_langgraph.core.config import TCRAGConfig
         >>> resolve_sigma(TCRAGConfig(metric="uct"), "any-model")
         20.0
     """
@@ -283,7 +283,7 @@ def resolve_monitor(config: Any, model_id: str) -> tuple[str, float]:
     and sigma is :func:`resolve_sigma`'s.
 
     Example:
-        >>> from tcrag_langgraph.machine.config import TCRAGConfig
+        >>> from tcrag_langgraph.core.config import TCRAGConfig
         >>> resolve_monitor(TCRAGConfig(metric="uct", sigma=3), "any-model")
         ('uct', 3.0)
     """

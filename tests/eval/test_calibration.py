@@ -81,7 +81,7 @@ import json  # noqa: E402
 
 from typer.testing import CliRunner  # noqa: E402
 
-from tcrag_langgraph.machine.config import TCRAGConfig  # noqa: E402
+from tcrag_langgraph.core.config import TCRAGConfig  # noqa: E402
 from tcrag_langgraph.monitor.calibration import (  # noqa: E402
     Calibration,
     CalibrationNotFoundError,
@@ -265,7 +265,12 @@ def test_calibrate_measures_every_state_value_on_the_runs_own_evidence(app, data
     (kept in results.jsonl), with the real packaged model's log-probs, by the stack machine's own rule;
     each is stored per model, task and metric."""
     from tcrag_langgraph.eval.datasets import format_question, load_dataset
-    from tcrag_langgraph.monitor.state_values import STATE_VALUES, choice_value, evidence_context, token_logprobs_to_metric
+    from tcrag_langgraph.monitor.state_values import (
+        STATE_VALUES,
+        choice_value,
+        evidence_context,
+        token_logprobs_to_metric,
+    )
     from tests.eval.helpers import packaged_scorer
 
     out = tmp_path / "all"

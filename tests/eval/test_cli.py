@@ -7,7 +7,6 @@ import json
 import pytest
 from typer.testing import CliRunner
 
-
 H = "tests.eval.helpers"
 
 
@@ -99,8 +98,8 @@ def test_calibrate_warns_when_values_carry_no_signal(app, data, tmp_path):
 def test_calibrate_crp_rag_stores_its_sufficiency_threshold_for_auto(app, data, tmp_path, monkeypatch):
     """CRP-RAG's threshold is calibrated like sigma: the path scores of a run that never abstains,
     stored under <model>+crp-rag, then read by sufficiency_threshold="auto"."""
-    from tcrag_langgraph.monitor.calibration import default_calibration_path
     from tcrag_langgraph.methods.registry import build_method
+    from tcrag_langgraph.monitor.calibration import default_calibration_path
     from tests.eval.helpers import crp_model, doc_tools, reasoning_drug_scorer
 
     monkeypatch.setenv("TCRAG_CACHE_DIR", str(tmp_path / "cache"))
@@ -150,7 +149,7 @@ def test_eval_model_names_go_through_resolve_chat_model(app, data, tmp_path, mon
 
 
 @pytest.mark.parametrize("method,module,function", [
-    ("crp-rag", "crp_rag", "build_crp_rag_graph"), ("kag-thinker", "kag_thinker", "build_kag_thinker_graph"),
+    ("crp-rag", "crp_rag", "CRPRAG"), ("kag-thinker", "kag_thinker", "KAGThinker"),
 ])
 def test_eval_gives_the_scorer_to_the_paper_methods_that_read_log_probs(app, data, tmp_path, monkeypatch, method,
                                                                         module, function):
@@ -165,7 +164,8 @@ def test_eval_gives_the_scorer_to_the_paper_methods_that_read_log_probs(app, dat
         seen.update(scorer=scorer, extra=extra)
         return build_method("base", model=model, config=config)
 
-    monkeypatch.setattr(importlib.import_module(f"tcrag_langgraph.methods.{module}"), function, fake_builder)
+    monkeypatch.setattr(getattr(importlib.import_module(f"tcrag_langgraph.methods.{module}"), function), "build",
+                        fake_builder)
     args = ["eval", "--dataset", str(data), "--method", method, "--model", f"{H}:always_yes_model",
             "--scorer", f"{H}:yes_low_scorer", "--out", str(tmp_path / "o"), "--no-progress", "--limit", "1"]
     result = CliRunner().invoke(app, args)
@@ -213,7 +213,7 @@ def test_eval_method_options_are_validated_and_recorded_with_the_run(app, data, 
         seen.update(extra)
         return build_method("base", model=model, config=config)
 
-    monkeypatch.setattr(importlib.import_module("tcrag_langgraph.methods.crp_rag"), "build_crp_rag_graph", fake_builder)
+    monkeypatch.setattr(importlib.import_module("tcrag_langgraph.methods.crp_rag").CRPRAG, "build", fake_builder)
     out = tmp_path / "crp"
     args = [*common, "--method", "crp-rag", "--method-options", '{"crp-rag": {"fan_out": 1}}', "--out", str(out)]
     assert CliRunner().invoke(app, args).exit_code == 0

@@ -4,9 +4,9 @@ method with the fewest rules of its own."""
 
 from __future__ import annotations
 
-from tcrag_langgraph.machine.state import TOOL_OUTPUT_CLOSE, TOOL_OUTPUT_QUOTE
+from tcrag_langgraph.core.state import TOOL_OUTPUT_CLOSE, TOOL_OUTPUT_QUOTE
 from tcrag_langgraph.methods.adaptive import FIRST_PIECE, FIRST_PIECE_WITH_EVIDENCE, split_sentences
-from tcrag_langgraph.methods.fs_rag import build_fs_rag_graph
+from tcrag_langgraph.methods.registry import build_fs_rag_graph
 from tcrag_langgraph.testing import ScriptedChatModel, ScriptedReply, recording_model, scripted_tool
 
 Q = "Is metformin first-line?"
@@ -40,7 +40,7 @@ def test_the_first_piece_is_asked_for_reasoning_before_the_answer_and_later_ones
 def test_every_retrieved_passage_is_the_runs_evidence_and_errors_are_not():
     from langchain_core.tools import StructuredTool
 
-    from tcrag_langgraph.machine.result import RunResult
+    from tcrag_langgraph.core.result import RunResult
 
     def down(query: str) -> str:
         raise RuntimeError("backend down")
@@ -61,7 +61,7 @@ def test_a_sentence_already_written_or_an_empty_reply_ends_the_writing():
 
 
 def test_sentences_already_written_are_dropped_from_a_longer_piece():
-    from tcrag_langgraph.methods.dragin import build_dragin_graph
+    from tcrag_langgraph.methods.registry import build_dragin_graph
     from tcrag_langgraph.testing import ScriptedTokenScorer
 
     model = recording_model(["Yes, it is needed.", "Yes, it is needed. It is new. Yes, it is needed.", "Answer: yes"])
@@ -118,7 +118,7 @@ def test_sentences_split_at_ends_and_line_breaks():
 
 
 def test_without_tools_the_answer_is_written_without_retrieving_or_checking():
-    from tcrag_langgraph.methods.flare import build_flare_graph
+    from tcrag_langgraph.methods.registry import build_flare_graph
     from tcrag_langgraph.testing import ScriptedTokenScorer
 
     scorer = ScriptedTokenScorer(default_logprob=-5.0)  # every token improbable

@@ -12,7 +12,7 @@ from langchain_core.messages import AIMessage
 from langchain_core.outputs import ChatResult
 from langchain_core.tools import tool
 
-from tcrag_langgraph.machine.result import RunResult
+from tcrag_langgraph.core.result import RunResult
 from tcrag_langgraph.methods.registry import METHODS, method_builder
 
 COMMON = ["model", "tools", "scorer", "config", "options", "checkpointer", "store", "name", "trust_client_identity"]

@@ -14,21 +14,15 @@ from langchain_core.outputs import ChatGeneration, ChatResult
 from langchain_core.tools import StructuredTool
 from langgraph.checkpoint.memory import InMemorySaver
 from pydantic import PrivateAttr
-
-from tcrag_langgraph.machine.config import TCRAGConfig
-from tcrag_langgraph.machine.result import RunResult
-from tcrag_langgraph.faces.integration import checkpoint_serde, tcrag_events
-from tcrag_langgraph.methods.crp_rag import (
-    CRPRAGOptions,
-    StepParseError,
-    build_crp_rag_graph,
-    check_dag,
-    parse_step,
-    select_paths,
-)
-from tcrag_langgraph.methods.crp_rag.prompts import PROMPT_GENERATE
 from tcrag_langgraph.tools.layer.outcome import content_text
+
+from tcrag_langgraph.core.config import TCRAGConfig
+from tcrag_langgraph.core.result import RunResult
 from tcrag_langgraph.eval.calibration import calibrate_sufficiency
+from tcrag_langgraph.faces.integration import checkpoint_serde, tcrag_events
+from tcrag_langgraph.methods.crp_rag import CRPRAGOptions, StepParseError, check_dag, parse_step, select_paths
+from tcrag_langgraph.methods.crp_rag.prompts import PROMPT_GENERATE
+from tcrag_langgraph.methods.registry import build_crp_rag_graph
 from tcrag_langgraph.monitor.scoring import MonitorUnavailableError
 from tcrag_langgraph.testing import ScriptedScorer, recording_model, scripted_tool
 
@@ -521,8 +515,8 @@ def test_answer_format_is_enforced_with_bounded_reprompts():
 
 def test_eval_method_registered_and_abstentions_count_as_wrong_with_coverage():
     from tcrag_langgraph.eval.datasets import QARecord
-    from tcrag_langgraph.methods.registry import METHODS, build_method
     from tcrag_langgraph.eval.runner import run_evaluation, summarize, summary_markdown
+    from tcrag_langgraph.methods.registry import METHODS, build_method
 
     assert METHODS["crp-rag"].takes_options
     # Two identical samples per question merge without a call; q2's node is insufficient.
@@ -569,9 +563,10 @@ def test_calibrated_threshold_is_stored_and_read_back_with_auto(tmp_path, monkey
 
 @pytest.mark.slow
 def test_end_to_end_with_smollm2_and_the_real_knowledge_graph_tool(one_torch_thread):
+    from tcrag_langgraph.tools import default_tools
+
     from tcrag_langgraph.models.local import LocalChatModel
     from tcrag_langgraph.monitor.own_model import scorer_for_model
-    from tcrag_langgraph.tools import default_tools
 
     model = LocalChatModel()
     tools = default_tools(documents=False, web=False, emr=False)  # KG_RAG over the packaged graph

@@ -15,8 +15,13 @@ from langchain_core.messages import HumanMessage
 from langgraph.checkpoint.memory import InMemorySaver
 from rdflib import Dataset, Graph, Literal, URIRef
 from rdflib.namespace import RDFS
+from tcrag_langgraph.tools.chunking import Document, Section, split_markdown_sections
+from tcrag_langgraph.tools.documents import default_embeddings
+from tcrag_langgraph.tools.knowledge_graph import KnowledgeGraph
 
-from tcrag_langgraph.machine.config import TCRAGConfig
+from tcrag_langgraph.core.config import TCRAGConfig
+from tcrag_langgraph.core.result import RunResult
+from tcrag_langgraph.core.state import TraceEvent
 from tcrag_langgraph.faces.integration import checkpoint_serde
 from tcrag_langgraph.methods.diffrag import (
     BOOK_GRAPH,
@@ -28,21 +33,16 @@ from tcrag_langgraph.methods.diffrag import (
     SolvedCase,
     Triple,
     add_cases,
-    build_diffrag_graph,
     build_macro_micro_graph,
+    building,  # where default_knowledge reads its memo and cache dir
     extract_triples,
     packaged_documents,
     parse_triples,
     recall,
 )
-from tcrag_langgraph.methods.diffrag import building  # where default_knowledge reads its memo and cache dir
 from tcrag_langgraph.methods.diffrag.prompts import EXTRACT_SYSTEM
-from tcrag_langgraph.machine.result import RunResult
-from tcrag_langgraph.machine.state import TraceEvent
+from tcrag_langgraph.methods.registry import build_diffrag_graph
 from tcrag_langgraph.testing import recording_model
-from tcrag_langgraph.tools.chunking import Document, Section, split_markdown_sections
-from tcrag_langgraph.tools.documents import default_embeddings
-from tcrag_langgraph.tools.knowledge_graph import KnowledgeGraph
 
 Q = "What is the first-line drug for type 2 diabetes?"
 
@@ -460,7 +460,7 @@ def test_default_graph_builds_lazily_from_packaged_abstracts_and_caches(tmp_path
 def test_registered_for_eval():
     from tcrag_langgraph.methods.registry import METHODS, build_method
 
-    assert METHODS["diffrag"].builder == "tcrag_langgraph.methods.diffrag:build_diffrag_graph"
+    assert METHODS["diffrag"].builder == "tcrag_langgraph.methods.diffrag.graph:DiffRAG.build"
     graph = build_method("diffrag", model=recording_model(["a | b | c"]), tools=[], config=TCRAGConfig(max_new_tokens=32))
     assert set(graph.get_graph().nodes) >= {"Start", "Reasoning_Path", "Recall", "Answer"}
 

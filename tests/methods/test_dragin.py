@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from tcrag_langgraph.methods.dragin import build_dragin_graph
+from tcrag_langgraph.methods.registry import build_dragin_graph
 from tcrag_langgraph.testing import ScriptedScorer, ScriptedTokenScorer, recording_model, scripted_tool
 
 Q = "Is metformin first-line?"

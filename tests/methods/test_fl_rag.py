@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import pytest
-
-from tcrag_langgraph.methods.fl_rag import build_fl_rag_graph
-from tcrag_langgraph.testing import recording_model, scripted_tool
 from tcrag_langgraph.tools.tokens import count_tokens
+
+from tcrag_langgraph.methods.registry import build_fl_rag_graph
+from tcrag_langgraph.testing import recording_model, scripted_tool
 
 Q = "Is metformin first-line?"
 

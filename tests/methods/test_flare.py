@@ -7,9 +7,9 @@ import math
 
 import pytest
 
-from tcrag_langgraph.machine.state import TOOL_OUTPUT_OPEN
+from tcrag_langgraph.core.state import TOOL_OUTPUT_OPEN
 from tcrag_langgraph.methods.adaptive import scoring_context
-from tcrag_langgraph.methods.flare import build_flare_graph
+from tcrag_langgraph.methods.registry import build_flare_graph
 from tcrag_langgraph.testing import ScriptedScorer, ScriptedTokenScorer, recording_model, scripted_tool
 
 Q = "Is metformin the first-line drug for type 2 diabetes?"

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from tcrag_langgraph.methods.fs_rag import build_fs_rag_graph
+from tcrag_langgraph.methods.registry import build_fs_rag_graph
 from tcrag_langgraph.testing import recording_model, scripted_tool
 
 Q = "Is metformin first-line?"

@@ -13,15 +13,15 @@ import pytest
 from langchain_core.tools import StructuredTool
 from langgraph.checkpoint.memory import InMemorySaver
 
+from tcrag_langgraph.core.result import RunResult
 from tcrag_langgraph.faces.integration import checkpoint_serde
 from tcrag_langgraph.methods.kag_thinker import (
     KAGThinkerOptions,
     LogicalFormParseError,
-    build_kag_thinker_graph,
     parse_boundary_answer,
     parse_focus,
 )
-from tcrag_langgraph.machine.result import RunResult
+from tcrag_langgraph.methods.registry import build_kag_thinker_graph
 from tcrag_langgraph.testing import ScriptedChatModel, ScriptedReply, ScriptedScorer, recording_model
 
 
@@ -354,9 +354,10 @@ def test_registered_for_eval():
 
 @pytest.mark.slow
 def test_end_to_end_with_smollm_and_the_knowledge_graph(one_torch_thread):
+    from tcrag_langgraph.tools.knowledge_graph import default_knowledge_graph_tool
+
     from tcrag_langgraph.models.local import LocalChatModel
     from tcrag_langgraph.monitor.own_model import scorer_for_model
-    from tcrag_langgraph.tools.knowledge_graph import default_knowledge_graph_tool
 
     model = LocalChatModel()
     graph = build_kag_thinker_graph(

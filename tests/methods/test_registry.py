@@ -134,8 +134,8 @@ def test_only_a_method_that_indexes_documents_gets_them_and_reads_them_whole(mon
             return build_method("base", model=model, config=config)
         return builder
 
-    monkeypatch.setattr(importlib.import_module("tcrag_langgraph.methods.diffrag"), "build_diffrag_graph", fake("diffrag"))
-    monkeypatch.setattr(importlib.import_module("tcrag_langgraph.methods.crp_rag"), "build_crp_rag_graph", fake("crp"))
+    monkeypatch.setattr(importlib.import_module("tcrag_langgraph.methods.diffrag").DiffRAG, "build", fake("diffrag"))
+    monkeypatch.setattr(importlib.import_module("tcrag_langgraph.methods.crp_rag").CRPRAG, "build", fake("crp"))
     docs = ["doc-a", "doc-b"]
     build_methods(["diffrag", "crp-rag"], model=model("Conclusion: yes"), documents=docs)
     assert seen["diffrag"] == {"documents": docs, "options": {"max_passages": 5000}, "name": "diffrag"}
@@ -168,6 +168,6 @@ def test_the_faces_default_is_tc_rag_with_the_configuration_as_given():
     out = build_method(DEFAULT_METHOD, model=model("Conclusion: yes"), scorer=scorer, config=cfg).invoke(
         {"question": "Q?"})
     assert (out["metric"], out["sigma"], out["halt_reason"]) == ("uct", 3.0, "validated")
-    assert DEFAULT_METHOD not in METHODS  # not an evaluation row
+    assert DEFAULT_METHOD not in METHOD_NAMES and not METHODS[DEFAULT_METHOD].in_tables  # not an evaluation row
     with pytest.raises(ValueError, match="takes no method options"):
         build_method(DEFAULT_METHOD, model=model("Conclusion: yes"), scorer=scorer, options={"fan_out": 1})

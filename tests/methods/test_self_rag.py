@@ -4,7 +4,8 @@ the candidates."""
 from __future__ import annotations
 
 from tcrag_langgraph.methods.adaptive import FIRST_PIECE_WITH_EVIDENCE
-from tcrag_langgraph.methods.self_rag import build_self_rag_graph, read_reflection
+from tcrag_langgraph.methods.registry import build_self_rag_graph
+from tcrag_langgraph.methods.self_rag import read_reflection
 from tcrag_langgraph.testing import recording_model, scripted_tool
 
 Q = "Is metformin first-line?"

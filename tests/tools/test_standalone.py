@@ -15,10 +15,9 @@ import sys
 from pathlib import Path
 
 import pytest
-
 import tcrag_langgraph.tools as tools_pkg
 
-FORBIDDEN = ("tcrag_langgraph.machine.graph", "tcrag_langgraph.models.local", "langgraph.graph", "torch", "transformers", "sentence_transformers")
+FORBIDDEN = ("tcrag_langgraph.methods.tcrag.graph", "tcrag_langgraph.models.local", "langgraph.graph", "torch", "transformers", "sentence_transformers")
 
 PROBE = """
 import importlib, json, sys

@@ -30,21 +30,21 @@ Example:
     >>> from tcrag_langgraph.testing import ScriptedScorer, recording_model, scripted_tool
     >>> model = recording_model(["Next step: Metformin is a biguanide.\\nFinal: yes",
     ...                          "Metformin is a biguanide.", "It is a biguanide.", "Answer: biguanide"])
-    >>> graph = build_crp_rag_graph(model=model, tools=[scripted_tool("DOC_RAG", "Metformin: a biguanide.")],
-    ...                             scorer=ScriptedScorer(default=2.0), options=CRPRAGOptions(fan_out=1))
+    >>> graph = CRPRAG.build(model=model, tools=[scripted_tool("DOC_RAG", "Metformin: a biguanide.")],
+    ...                      scorer=ScriptedScorer(default=2.0), options=CRPRAGOptions(fan_out=1))
     >>> out = graph.invoke({"question": "What class of drug is metformin?"})
     >>> out["answer"], out["halt_reason"], out["llm_calls"], out["tool_calls"]
-    ('Answer: biguanide', 'answered', 4, 1)
+    ('biguanide', 'answered', 4, 1)
 """
 
 from __future__ import annotations
 
 # The package's modules, one concern each: options, state, prompts, parsing (model output), dag (the
-# reasoning graph's pure functions), calibration, machine (shared node helpers), construction (GC),
-# knowledge (KRA + sufficiency), answering (path selection + answers) and graph (the builder).
+# reasoning graph's pure functions), calibration, construction (GC), knowledge (KRA +
+# sufficiency), answering (path selection + answers) and graph (the node holder that names them).
 from .calibration import sufficiency_model_id
 from .dag import check_dag, select_paths
-from .graph import NODE_NAMES, build_crp_rag_graph
+from .graph import CRPRAG, NODE_NAMES
 from .options import CRPRAGOptions
 from .parsing import ParsedStep, StepParseError, merged_step, parse_step
 from .state import CRPState
@@ -59,6 +59,6 @@ __all__ = [
     "check_dag",
     "select_paths",
     "sufficiency_model_id",
-    "build_crp_rag_graph",
+    "CRPRAG",
     "NODE_NAMES",
 ]

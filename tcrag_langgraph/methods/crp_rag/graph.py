@@ -1,46 +1,35 @@
-"""CRP-RAG's graph builder: :func:`build_crp_rag_graph` validates its arguments and wires the five
-stages' nodes (``Start``, ``Expand``, ``Retrieve``, ``Evaluate``, ``Select``, ``Answer``)."""
+"""CRP-RAG's node holder: :class:`CRPRAG` declares the graph (``Start``, ``Expand``, ``Retrieve``,
+``Evaluate``, ``Select``, ``Answer``) and names each stage's functions (construction, knowledge,
+answering) as its nodes; the run kernel builds it (:meth:`~tcrag_langgraph.core.kernel.RunKernel.build`)."""
 
 from __future__ import annotations
 
-from typing import Any, Callable, Mapping, Optional, Sequence
+import json
+from typing import Any, Mapping, Optional, Sequence
 
 from langchain_core.language_models import BaseChatModel
+from langchain_core.runnables import RunnableConfig
 from langchain_core.tools import BaseTool
-from langgraph.graph import START, StateGraph
+from langgraph.types import Command
 
-from ...machine.config import TCRAGConfig
-from ...machine.kernel import build_arguments, default_scorer
-from ...monitor.scoring import StateScorer
-from .answering import AnswerNodes
+from ...core.arguments import BuildArguments
+from ...core.config import TCRAGConfig
+from ...core.kernel import RunKernel
+from ...core.state import TraceEvent
+from . import answering, construction, knowledge
 from .options import CRPRAGOptions
 from .state import CRPState
 
-__all__ = ["NODE_NAMES", "build_crp_rag_graph"]
+__all__ = ["NODE_NAMES", "CRPRAG"]
 
 NODE_NAMES = ("Start", "Expand", "Retrieve", "Evaluate", "Select", "Answer")
 
 
-class _CRPRAG(AnswerNodes):
-    """Holds the model, tools, scorer and embedder; its methods are the graph nodes (each stage's class
-    builds on the previous one: construction, knowledge, answering)."""
+class CRPRAG(RunKernel):
+    """Holds the model, tools, scorer and embedder; the stages' functions are its nodes.
 
+    ``CRPRAG.build(model=..., tools=..., scorer=..., config=..., options=..., embeddings=...)``:
 
-def build_crp_rag_graph(
-    *,
-    model: BaseChatModel | str | None = None,
-    tools: Optional[Sequence[BaseTool]] = None,
-    scorer: Optional[StateScorer | Callable[..., float]] = None,
-    config: Optional[TCRAGConfig | Mapping[str, Any]] = None,
-    options: Optional[CRPRAGOptions | Mapping[str, Any]] = None,
-    checkpointer: Any = None,
-    store: Any = None,
-    name: str = "crp-rag",
-    trust_client_identity: bool = False,
-    model_kwargs: Optional[Mapping[str, Any]] = None,
-    embeddings: Any = None,
-):
-    """Build and compile the CRP-RAG graph.
 
     Args:
         model: a LangChain chat model, a local path / ``.gguf`` or ``"provider:model"`` name; None:
@@ -62,19 +51,55 @@ def build_crp_rag_graph(
     Returns:
         A compiled graph: ``invoke({"question": ...})`` or ``invoke({"messages": [...]})``.
     """
-    args = build_arguments(model=model, tools=tools, scorer=scorer, config=config, options=options, name=name,
-                           trust_client_identity=trust_client_identity, options_type=CRPRAGOptions, method="CRP-RAG",
-                           model_kwargs=model_kwargs)
-    scorer = default_scorer(args.model, args.scorer, needed=True)
-    if embeddings is None:
-        from ...tools.documents import default_embeddings
 
-        embeddings = default_embeddings()
-    machine = _CRPRAG(args.model, args.tools, scorer, embeddings, args.config, args.options,
-                      trust_client_identity=trust_client_identity)
-    builder = StateGraph(CRPState)  # context: CRPRAGOptions, TCRAGConfig or a mapping of their fields
-    for node_name, node in (("Start", machine.start), ("Expand", machine.expand), ("Retrieve", machine.retrieve),
-                            ("Evaluate", machine.evaluate), ("Select", machine.select), ("Answer", machine.answer)):
-        builder.add_node(node_name, machine.node(node))
-    builder.add_edge(START, "Start")
-    return builder.compile(checkpointer=checkpointer, store=store, name=args.name)
+    method = "CRP-RAG"
+    default_name = "crp-rag"
+    state_schema = CRPState  # context: CRPRAGOptions, TCRAGConfig or a mapping of their fields
+    options_type = CRPRAGOptions
+    reads_scores = True  # sufficiency is the method's core: it cannot be off
+    nodes = {"Start": "start", "Expand": "expand", "Retrieve": "retrieve", "Evaluate": "evaluate",
+             "Select": "select", "Answer": "answer"}
+
+    start = construction.start
+    expand = construction.expand
+    sample_step = construction.sample_step
+    merge = construction.merge
+    embed = construction.embed
+    retrieve = knowledge.retrieve
+    evaluate = knowledge.evaluate
+    select = answering.select
+    answer = answering.answer
+
+    def __init__(self, model: BaseChatModel, tools: Sequence[BaseTool], scorer: Any, embeddings: Any,
+                 config: TCRAGConfig, options: CRPRAGOptions, *, trust_client_identity: bool = False) -> None:
+        super().__init__(model, tools, scorer, config, options, trust_client_identity=trust_client_identity)
+        self.embeddings = embeddings
+
+    @classmethod
+    def prepare(cls, args: BuildArguments, *, embeddings: Any = None) -> "CRPRAG":
+        if embeddings is None:
+            from ...tools.documents import default_embeddings
+
+            embeddings = default_embeddings()
+        return cls(args.model, args.tools, cls.scorer_for(args), embeddings, args.config, args.options,
+                   trust_client_identity=args.trust_client_identity)
+
+    def position(self, state: Mapping[str, Any]) -> tuple[int, Optional[float]]:
+        """A CRP-RAG run stands at the size of its reasoning graph and its best path's score."""
+        return len(state.get("nodes") or []), state.get("path_score")
+
+    def trace_event(self, config: RunnableConfig, events: list[TraceEvent], *, step: int, action: str, op: str,
+                    content: str = "", nodes: int = 0, value: Optional[float] = None,
+                    detail: Optional[dict[str, Any]] = None) -> None:
+        """Record one event of the reasoning graph (emitted live) into ``events``."""
+        event = TraceEvent(step=step, action=action, op=op, content=content[:2000], stack_depth=nodes,
+                           state_value=value,
+                           detail=None if detail is None else json.dumps(detail, ensure_ascii=False, default=str))
+        events.extend(self.record(None, config, event))
+
+    def end(self, state: Mapping[str, Any], config: RunnableConfig, counters: dict[str, Any],
+            events: list[TraceEvent], *, reason: str, answer: Optional[str] = None, validated: bool = False,
+            error: Optional[str] = None, extra: Optional[dict[str, Any]] = None) -> Command:
+        """Halt (the kernel's) with this node's counters and events."""
+        update = {**(extra or {}), **counters, "trace": [*state.get("trace", []), *events]}
+        return self.halt(state, config, reason=reason, answer=answer, validated=validated, error=error, extra=update)

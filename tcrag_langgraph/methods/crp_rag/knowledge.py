@@ -10,87 +10,84 @@ from langchain_core.runnables import RunnableConfig
 from langgraph.runtime import Runtime
 from langgraph.types import Command
 
-from ...machine.state import TraceEvent
-from .construction import GraphConstruction
-from .machine import RunFailure
+from ...core.kernel import RunFailure
+from ...core.state import TraceEvent
 from .prompts import PROMPT_AGGREGATE, PROMPT_REASON
 from .state import CRPState
 
-__all__ = ["KnowledgeNodes"]
+__all__ = ["retrieve", "evaluate"]
 
+# Each function is a method of the node holder (graph.CRPRAG names them as its attributes): "self" is it.
 
-class KnowledgeNodes(GraphConstruction):
-    """The ``Retrieve`` and ``Evaluate`` nodes, on the construction stage."""
+# ----- KRA -----
+def retrieve(self, state: CRPState, config: RunnableConfig, runtime: Runtime) -> Command[
+    Literal["Evaluate", "__end__"]
+]:
+    cfg, options = self.settings(config, runtime)
+    counters = self.counters(state)
+    events: list[TraceEvent] = []
+    nodes = [dict(n) for n in state["nodes"]]
+    try:
+        for node in nodes:
+            results: list[tuple[str, str]] = []
+            failures: list[str] = []
+            for tool in self.tools.values():
+                record = self.call_tool(counters, tool, node["text"], cfg, config)
+                if record.is_error:
+                    failures.append(f"{tool.name}: {record.error_kind}")
+                elif record.observation.strip():
+                    results.append((tool.name, record.observation.strip()))
+            node["evidence"] = [name for name, _ in results]
+            listing = "\n".join(f"[{i}] ({name}) {text}" for i, (name, text) in enumerate(results, 1))
+            if not results:
+                node["knowledge"] = ""
+            elif options.aggregate_knowledge:
+                node["knowledge"] = self.ask(
+                    counters, [HumanMessage(content=PROMPT_AGGREGATE.format(step=node["text"], results=listing))],
+                    cfg, config).strip()
+            else:
+                node["knowledge"] = listing
+            counters["steps"] += 1
+            self.trace_event(config, events, step=counters["steps"], action="Node_Knowledge", op="push",
+                        content=node["knowledge"], nodes=len(nodes),
+                        detail={"id": node["id"], "tools": node["evidence"], "tool_errors": failures})
+    except RunFailure as failure:
+        return self.end(state, config, counters, events, reason=failure.reason, error=str(failure),
+                         extra={"nodes": nodes})
+    return Command(goto="Evaluate", update={"nodes": nodes, **counters,
+                                            "trace": [*state.get("trace", []), *events]})
 
-    # ----- KRA -----
-    def retrieve(self, state: CRPState, config: RunnableConfig, runtime: Runtime) -> Command[
-        Literal["Evaluate", "__end__"]
-    ]:
-        cfg, options = self.settings(config, runtime)
-        counters = self.counters(state)
-        events: list[TraceEvent] = []
-        nodes = [dict(n) for n in state["nodes"]]
-        try:
-            for node in nodes:
-                results: list[tuple[str, str]] = []
-                failures: list[str] = []
-                for tool in self.tools.values():
-                    record = self.call_tool(counters, tool, node["text"], cfg, config)
-                    if record.is_error:
-                        failures.append(f"{tool.name}: {record.error_kind}")
-                    elif record.observation.strip():
-                        results.append((tool.name, record.observation.strip()))
-                node["evidence"] = [name for name, _ in results]
-                listing = "\n".join(f"[{i}] ({name}) {text}" for i, (name, text) in enumerate(results, 1))
-                if not results:
-                    node["knowledge"] = ""
-                elif options.aggregate_knowledge:
-                    node["knowledge"] = self.ask(
-                        counters, [HumanMessage(content=PROMPT_AGGREGATE.format(step=node["text"], results=listing))],
-                        cfg, config).strip()
-                else:
-                    node["knowledge"] = listing
-                counters["steps"] += 1
-                self.trace_event(config, events, step=counters["steps"], action="Node_Knowledge", op="push",
-                            content=node["knowledge"], nodes=len(nodes),
-                            detail={"id": node["id"], "tools": node["evidence"], "tool_errors": failures})
-        except RunFailure as failure:
-            return self.end(state, config, counters, events, reason=failure.reason, error=str(failure),
-                             extra={"nodes": nodes})
-        return Command(goto="Evaluate", update={"nodes": nodes, **counters,
-                                                "trace": [*state.get("trace", []), *events]})
-
-    # ----- AG: knowledge sufficiency -----
-    def evaluate(self, state: CRPState, config: RunnableConfig, runtime: Runtime) -> Command[
-        Literal["Select", "__end__"]
-    ]:
-        counters = self.counters(state)
-        events: list[TraceEvent] = []
-        nodes = [dict(n) for n in state["nodes"]]
-        threshold = state["threshold"]
-        cfg, _ = self.settings(config, runtime)
-        try:
-            for node in nodes:
-                counters["steps"] += 1
-                if not node["knowledge"]:  # nothing retrieved: no knowledge can be sufficient
-                    node.update(reasoning=None, score=None, sufficient=False)
-                    self.trace_event(config, events, step=counters["steps"], action="Sufficiency", op="reject",
-                                content=node["text"], nodes=len(nodes),
-                                detail={"id": node["id"], "sufficient": False, "why": "no evidence retrieved"})
-                    continue
-                prompt = PROMPT_REASON.format(step=node["text"], knowledge=node["knowledge"])
-                reasoning = self.ask(counters, [HumanMessage(content=prompt)], cfg, config).strip()
-                if not reasoning:
-                    score, why = None, "empty reasoning"
-                else:
-                    score, why = self.score(prompt, reasoning, metric="cppl"), None
-                sufficient = score is not None and score < threshold
-                node.update(reasoning=reasoning, score=score, sufficient=sufficient)
-                self.trace_event(config, events, step=counters["steps"], action="Sufficiency",
-                            op="noop" if sufficient else "reject", content=reasoning, nodes=len(nodes), value=score,
-                            detail={"id": node["id"], "sufficient": sufficient, "threshold": threshold, "why": why})
-        except RunFailure as failure:
-            return self.end(state, config, counters, events, reason=failure.reason, error=str(failure),
-                             extra={"nodes": nodes})
-        return Command(goto="Select", update={"nodes": nodes, **counters,
-                                              "trace": [*state.get("trace", []), *events]})
+# ----- AG: knowledge sufficiency -----
+def evaluate(self, state: CRPState, config: RunnableConfig, runtime: Runtime) -> Command[
+    Literal["Select", "__end__"]
+]:
+    counters = self.counters(state)
+    events: list[TraceEvent] = []
+    nodes = [dict(n) for n in state["nodes"]]
+    threshold = state["threshold"]
+    cfg, _ = self.settings(config, runtime)
+    try:
+        for node in nodes:
+            counters["steps"] += 1
+            if not node["knowledge"]:  # nothing retrieved: no knowledge can be sufficient
+                node.update(reasoning=None, score=None, sufficient=False)
+                self.trace_event(config, events, step=counters["steps"], action="Sufficiency", op="reject",
+                            content=node["text"], nodes=len(nodes),
+                            detail={"id": node["id"], "sufficient": False, "why": "no evidence retrieved"})
+                continue
+            prompt = PROMPT_REASON.format(step=node["text"], knowledge=node["knowledge"])
+            reasoning = self.ask(counters, [HumanMessage(content=prompt)], cfg, config).strip()
+            if not reasoning:
+                score, why = None, "empty reasoning"
+            else:
+                score, why = self.score(prompt, reasoning, metric="cppl"), None
+            sufficient = score is not None and score < threshold
+            node.update(reasoning=reasoning, score=score, sufficient=sufficient)
+            self.trace_event(config, events, step=counters["steps"], action="Sufficiency",
+                        op="noop" if sufficient else "reject", content=reasoning, nodes=len(nodes), value=score,
+                        detail={"id": node["id"], "sufficient": sufficient, "threshold": threshold, "why": why})
+    except RunFailure as failure:
+        return self.end(state, config, counters, events, reason=failure.reason, error=str(failure),
+                         extra={"nodes": nodes})
+    return Command(goto="Select", update={"nodes": nodes, **counters,
+                                          "trace": [*state.get("trace", []), *events]})

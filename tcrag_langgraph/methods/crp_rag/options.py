@@ -7,7 +7,7 @@ from typing import Annotated, Any, Literal, Union
 
 from pydantic import Field, field_validator
 
-from ...machine.kernel import MethodOptions
+from ...core.arguments import MethodOptions
 
 __all__ = ["CRPRAGOptions"]
 

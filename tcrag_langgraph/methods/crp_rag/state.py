@@ -1,17 +1,17 @@
-"""CRP-RAG's graph state: :class:`~tcrag_langgraph.machine.state.MethodState` plus the reasoning graph,
+"""CRP-RAG's graph state: :class:`~tcrag_langgraph.core.state.MethodState` plus the reasoning graph,
 its paths and the sufficiency threshold."""
 
 from __future__ import annotations
 
 from typing import Any, Optional
 
-from ...machine.state import MethodState
+from ...core.state import MethodState
 
 __all__ = ["CRPState"]
 
 
 class CRPState(MethodState, total=False):
-    """Graph state: :class:`~tcrag_langgraph.machine.state.MethodState` (question, answer, costs, trace) plus
+    """Graph state: :class:`~tcrag_langgraph.core.state.MethodState` (question, answer, costs, trace) plus
     the reasoning graph. Input is ``{"question": ...}`` or ``{"messages": [...]}``."""
 
     nodes: list[dict[str, Any]]  # the reasoning graph: one dict per node, edges as ``parents``

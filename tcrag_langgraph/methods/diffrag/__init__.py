@@ -25,7 +25,7 @@ Layout (one concern per module): :mod:`.options` (:class:`DiffRAGOptions`), :mod
 and the answer line read from model output), :mod:`.prompts`, :mod:`.extraction` (asking the model
 for triples), :mod:`.knowledge` (the rdflib dataset, its vocabulary and queries), :mod:`.building`
 (macro-micro graph, case overlay, cached default knowledge), :mod:`.retrieval` (recall along a
-reasoning path), :mod:`.state` (graph state, halt reasons) and :mod:`.graph` (:func:`build_diffrag_graph`).
+reasoning path), :mod:`.state` (graph state, halt reasons) and :mod:`.graph` (:class:`DiffRAG`, its node holder).
 
 Example:
     >>> from tcrag_langgraph.methods.diffrag import parse_triples
@@ -44,7 +44,7 @@ from .building import (
     packaged_documents,
 )
 from .extraction import extract_triples
-from .graph import build_diffrag_graph
+from .graph import DiffRAG
 from .knowledge import BOOK_GRAPH, CASE_GRAPH, DR, SPARQL_QUERIES, DiffRAGKnowledge, SolvedCase
 from .options import DiffRAGOptions
 from .parsing import Triple, TripleParse, parse_triples
@@ -72,5 +72,5 @@ __all__ = [
     "add_cases",
     "default_knowledge",
     "knowledge_cache_dir",
-    "build_diffrag_graph",
+    "DiffRAG",
 ]

@@ -12,14 +12,13 @@ from typing import Any, Iterable, Mapping, Optional, Sequence
 
 from langchain_core.language_models import BaseChatModel
 
-from ...machine.config import TCRAGConfig
+from ...core.config import TCRAGConfig
 from ...tools.chunking import Document, Section, chunk_document
 from .extraction import ExtractionCalls, extract_triples
 from .knowledge import DiffRAGKnowledge, SolvedCase
 from .options import DiffRAGOptions, max_new_tokens_for
 from .parsing import Triple
 from .prompts import EXTRACT_SYSTEM
-
 
 #: Bumped when a prompt or the stored layout changes, so cached graphs are rebuilt.
 FORMAT_VERSION = 1

@@ -10,8 +10,8 @@ from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage
 from langchain_core.runnables import RunnableConfig
 
-from ...machine.config import TCRAGConfig
-from ...machine.kernel import RunKernel
+from ...core.config import TCRAGConfig
+from ...core.kernel import RunKernel
 from .parsing import Triple, parse_triples
 from .prompts import REPROMPT
 

@@ -1,5 +1,5 @@
-"""The TCM-DiffRAG LangGraph graph (:func:`build_diffrag_graph`): Start -> Reasoning_Path -> Recall ->
-Answer, the nodes of :class:`_DiffRAG` on the run kernel, over lazily built knowledge."""
+"""The TCM-DiffRAG LangGraph graph (:class:`DiffRAG`): Start -> Reasoning_Path -> Recall ->
+Answer, the nodes of :class:`DiffRAG` on the run kernel, over lazily built knowledge."""
 
 from __future__ import annotations
 
@@ -7,18 +7,15 @@ import json
 import threading
 from typing import Any, Literal, Mapping, Optional, Sequence
 
-from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage
 from langchain_core.runnables import RunnableConfig
-from langchain_core.tools import BaseTool
-from langgraph.graph import START, StateGraph
 from langgraph.runtime import Runtime
 from langgraph.types import Command
 
-from ...machine import answer_format
-from ...machine.config import TCRAGConfig
-from ...machine.kernel import RunFailure, RunKernel, build_arguments, fresh_run
-from ...machine.state import TraceEvent
+from ...core import answer_format
+from ...core.arguments import BuildArguments
+from ...core.kernel import RunFailure, RunKernel, fresh_run
+from ...core.state import TraceEvent
 from ...tools.chunking import Document
 from .building import default_knowledge
 from .extraction import ExtractionCalls, extract_triples
@@ -30,10 +27,52 @@ from .retrieval import RecalledTriple, evidence_text, recall
 from .state import DiffRAGState
 
 
-class _DiffRAG(RunKernel):
-    """TCM-DiffRAG's nodes on the run kernel, and the knowledge they read (built on first use)."""
+class DiffRAG(RunKernel):
+    """Compile the TCM-DiffRAG graph: Start -> Reasoning_Path -> Recall -> Answer.
 
+    Args:
+        model: chat model (object, path, ``.gguf`` or ``"provider:model"``; None: packaged SmolLM2).
+        tools: accepted like every builder's; TCM-DiffRAG retrieves from its own graph and calls no tool.
+        scorer: unused (the method has no state monitor); accepted for the eval harness.
+        config: generation settings (``max_new_tokens``, ``max_question_chars``).
+        options: :class:`DiffRAGOptions` (or a mapping of its fields).
+        knowledge: a prebuilt :class:`DiffRAGKnowledge`; None builds one lazily on the first run from
+            ``documents`` (default: the first packaged PubMedQA abstracts) and ``cases``, cached on disk.
+        general_kg: the packaged HPO graph (``"packaged"``, loaded on first use), a
+            :class:`~tcrag_langgraph.tools.knowledge_graph.KnowledgeGraph`, or None (off).
+        embeddings: the embedder for triple matching (default: packaged MiniLM).
+        model_id: the model's name in the on-disk cache key (default: ``chat_model_id(model)``; a model
+            without a name is not cached on disk).
+        checkpointer, store: LangGraph's.
+        name: the compiled graph's name.
+        trust_client_identity: accepted like every builder's (the method calls no tool, so no identity
+            reaches one).
+    """
+
+    method = "TCM-DiffRAG"
+    default_name = "diffrag"
+    state_schema = DiffRAGState  # context: DiffRAGOptions, TCRAGConfig or a mapping of their fields
     options_type = DiffRAGOptions
+    nodes = {"Start": "start", "Reasoning_Path": "reasoning_path", "Recall": "recall_node", "Answer": "answer"}
+
+    @classmethod
+    def prepare(cls, args: BuildArguments, *, knowledge: Optional[DiffRAGKnowledge] = None,
+                documents: Optional[Sequence[Document]] = None, cases: Sequence[SolvedCase | Mapping[str, Any]] = (),
+                general_kg: Any = "packaged", embeddings: Any = None, model_id: Optional[str] = None) -> "DiffRAG":
+        if knowledge is not None and not isinstance(knowledge, DiffRAGKnowledge):
+            raise TypeError(f"knowledge must be a DiffRAGKnowledge, not {type(knowledge).__name__}")
+        if documents is not None and any(not isinstance(d, Document) for d in documents):
+            raise TypeError("documents must be tools.chunking.Document objects")
+        case_list = [c if isinstance(c, SolvedCase) else SolvedCase.model_validate(c) for c in cases]
+        if knowledge is not None and (documents is not None or case_list):
+            raise ValueError("give a prebuilt knowledge= or documents=/cases= to build one, not both")
+        if isinstance(general_kg, str) and general_kg != "packaged":
+            raise ValueError(f"general_kg must be 'packaged', a KnowledgeGraph or None, not {general_kg!r}")
+        if not (general_kg is None or general_kg == "packaged" or hasattr(general_kg, "link")):
+            raise TypeError(f"general_kg must be 'packaged', a KnowledgeGraph or None, not {type(general_kg).__name__}")
+        return cls(args.model, args.tools, args.scorer, args.config, args.options,
+                   trust_client_identity=args.trust_client_identity, knowledge=knowledge, documents=documents,
+                   cases=case_list, general_kg=general_kg, embeddings=embeddings, model_id=model_id)
 
     def __init__(self, *args: Any, knowledge: Optional[DiffRAGKnowledge], documents: Optional[Sequence[Document]],
                  cases: list[SolvedCase], general_kg: Any, embeddings: Any, model_id: Optional[str],
@@ -190,67 +229,3 @@ class _DiffRAG(RunKernel):
                     structured_answer=structured if fmt is not None and problem is None else None)
         return self.halt({**state, **work}, config, reason=reason, answer=final or None, validated=False, error=error,
                          extra=work)
-
-
-def build_diffrag_graph(
-    *,
-    model: BaseChatModel | str | None = None,
-    tools: Optional[Sequence[BaseTool]] = None,
-    scorer: Any = None,
-    config: Optional[TCRAGConfig | Mapping[str, Any]] = None,
-    options: Optional[DiffRAGOptions | Mapping[str, Any]] = None,
-    checkpointer: Any = None,
-    store: Any = None,
-    name: str = "diffrag",
-    trust_client_identity: bool = False,
-    model_kwargs: Optional[Mapping[str, Any]] = None,
-    knowledge: Optional[DiffRAGKnowledge] = None,
-    documents: Optional[Sequence[Document]] = None,
-    cases: Sequence[SolvedCase | Mapping[str, Any]] = (),
-    general_kg: Any = "packaged",
-    embeddings: Any = None,
-    model_id: Optional[str] = None,
-):
-    """Compile the TCM-DiffRAG graph: Start -> Reasoning_Path -> Recall -> Answer.
-
-    Args:
-        model: chat model (object, path, ``.gguf`` or ``"provider:model"``; None: packaged SmolLM2).
-        tools: accepted like every builder's; TCM-DiffRAG retrieves from its own graph and calls no tool.
-        scorer: unused (the method has no state monitor); accepted for the eval harness.
-        config: generation settings (``max_new_tokens``, ``max_question_chars``).
-        options: :class:`DiffRAGOptions` (or a mapping of its fields).
-        knowledge: a prebuilt :class:`DiffRAGKnowledge`; None builds one lazily on the first run from
-            ``documents`` (default: the first packaged PubMedQA abstracts) and ``cases``, cached on disk.
-        general_kg: the packaged HPO graph (``"packaged"``, loaded on first use), a
-            :class:`~tcrag_langgraph.tools.knowledge_graph.KnowledgeGraph`, or None (off).
-        embeddings: the embedder for triple matching (default: packaged MiniLM).
-        model_id: the model's name in the on-disk cache key (default: ``chat_model_id(model)``; a model
-            without a name is not cached on disk).
-        checkpointer, store: LangGraph's.
-        name: the compiled graph's name.
-        trust_client_identity: accepted like every builder's (the method calls no tool, so no identity
-            reaches one).
-    """
-    args = build_arguments(model=model, tools=tools, scorer=scorer, config=config, options=options, name=name,
-                           trust_client_identity=trust_client_identity, options_type=DiffRAGOptions,
-                           method="TCM-DiffRAG", model_kwargs=model_kwargs)
-    if knowledge is not None and not isinstance(knowledge, DiffRAGKnowledge):
-        raise TypeError(f"knowledge must be a DiffRAGKnowledge, not {type(knowledge).__name__}")
-    if documents is not None and any(not isinstance(d, Document) for d in documents):
-        raise TypeError("documents must be tools.chunking.Document objects")
-    case_list = [c if isinstance(c, SolvedCase) else SolvedCase.model_validate(c) for c in cases]
-    if knowledge is not None and (documents is not None or case_list):
-        raise ValueError("give a prebuilt knowledge= or documents=/cases= to build one, not both")
-    if isinstance(general_kg, str) and general_kg != "packaged":
-        raise ValueError(f"general_kg must be 'packaged', a KnowledgeGraph or None, not {general_kg!r}")
-    if not (general_kg is None or general_kg == "packaged" or hasattr(general_kg, "link")):
-        raise TypeError(f"general_kg must be 'packaged', a KnowledgeGraph or None, not {type(general_kg).__name__}")
-    holder = _DiffRAG(args.model, args.tools, args.scorer, args.config, args.options,
-                      trust_client_identity=trust_client_identity, knowledge=knowledge, documents=documents,
-                      cases=case_list, general_kg=general_kg, embeddings=embeddings, model_id=model_id)
-    builder = StateGraph(DiffRAGState)  # context: DiffRAGOptions, TCRAGConfig or a mapping of their fields
-    for node_name, node in (("Start", holder.start), ("Reasoning_Path", holder.reasoning_path),
-                            ("Recall", holder.recall_node), ("Answer", holder.answer)):
-        builder.add_node(node_name, holder.node(node))
-    builder.add_edge(START, "Start")
-    return builder.compile(checkpointer=checkpointer, store=store, name=args.name)

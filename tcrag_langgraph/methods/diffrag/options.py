@@ -7,8 +7,8 @@ from typing import Optional
 
 from pydantic import ConfigDict, Field
 
-from ...machine.config import TCRAGConfig
-from ...machine.kernel import MethodOptions
+from ...core.arguments import MethodOptions
+from ...core.config import TCRAGConfig
 
 
 class DiffRAGOptions(MethodOptions):

@@ -15,8 +15,7 @@ from typing import Any, Mapping, Optional
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from ...machine import answer_format
-
+from ...core import answer_format
 
 #: Longest triple part, in characters.
 MAX_PART_CHARS = 200

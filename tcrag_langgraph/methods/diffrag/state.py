@@ -4,8 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ...machine.state import MethodState
-
+from ...core.state import MethodState
 
 #: Why a run ended: an answer from the evidence, bad input, the chat model raised (or wrote
 #: nothing), the answer did not fit ``TCRAGConfig.answer_format`` after the re-prompts, or the
@@ -14,7 +13,7 @@ HALT_REASONS = ("answered", "invalid_input", "model_error", "format_error", "ret
 
 
 class DiffRAGState(MethodState, total=False):
-    """TCM-DiffRAG's graph state: :class:`~tcrag_langgraph.machine.state.MethodState` (question, answer, costs,
+    """TCM-DiffRAG's graph state: :class:`~tcrag_langgraph.core.state.MethodState` (question, answer, costs,
     trace) plus the reasoning path, the recalled evidence and the answering model's raw reply."""
 
     reasoning_path: list[list[str]]

@@ -24,16 +24,16 @@ format repairs recorded and a re-prompt naming the problem, at most ``max_format
 Layout (one concern a module): :mod:`.options` (:class:`KAGThinkerOptions`), :mod:`.forms` (the
 typed logical forms), :mod:`.text` and :mod:`.parsing` (the strict parser of logical forms),
 :mod:`.replies` (the other model replies), :mod:`.arithmetic` (safe Math), :mod:`.prompts`,
-:mod:`.state` (:class:`KAGThinkerState`), :mod:`.solver` (what every node shares),
-:mod:`.retrieval` (knowledge boundary, depth solving), :mod:`.nodes` (the other nodes) and
-:mod:`.graph` (:func:`build_kag_thinker_graph`).
+:mod:`.state` (:class:`KAGThinkerState`), :mod:`.retrieval` (knowledge boundary, depth solving),
+:mod:`.nodes` (the other nodes) and :mod:`.graph` (:class:`KAGThinker`, the node holder that names
+them and holds what every node shares).
 
 Example:
     >>> from tcrag_langgraph.testing import ScriptedChatModel, ScriptedReply
     >>> replies = ["Step1: What is 6 times 7?\\nAction1: Math(content=[], target='6*7')->m1\\n"
     ...            "Step2: Output #1.\\nAction2: Output(#1)"]
     >>> model = ScriptedChatModel(replies=[ScriptedReply(reply=r) for r in replies], mode="sequence")
-    >>> graph = build_kag_thinker_graph(model=model, tools=[], options={"knowledge_boundary": False})
+    >>> graph = KAGThinker.build(model=model, tools=[], options={"knowledge_boundary": False})
     >>> out = graph.invoke({"question": "What is 6 times 7?"})
     >>> out["answer"], out["halt_reason"], out["llm_calls"]
     ('42', 'answered', 1)
@@ -41,7 +41,7 @@ Example:
 
 from .arithmetic import ArithmeticRefused, evaluate_arithmetic
 from .forms import ContentItem, LogicalForm, LogicalFormParseError, LogicalPlan
-from .graph import NODE_NAMES, build_kag_thinker_graph
+from .graph import NODE_NAMES, KAGThinker
 from .options import KAGThinkerOptions
 from .parsing import parse_logical_forms
 from .replies import FocusResult, parse_boundary_answer, parse_confidence, parse_focus
@@ -61,6 +61,6 @@ __all__ = [
     "parse_boundary_answer",
     "parse_confidence",
     "evaluate_arithmetic",
-    "build_kag_thinker_graph",
+    "KAGThinker",
     "NODE_NAMES",
 ]

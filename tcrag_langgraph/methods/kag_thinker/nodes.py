@@ -11,143 +11,146 @@ from langchain_core.runnables import RunnableConfig
 from langgraph.runtime import Runtime
 from langgraph.types import Command
 
-from ...machine import answer_format
-from ...machine.config import TCRAGConfig
+from ...core import answer_format
+from ...core.config import TCRAGConfig
+from ...core.kernel import RunFailure, fresh_run
 from .arithmetic import ArithmeticRefused, _expression_side, _format_number, evaluate_arithmetic
 from .forms import LogicalForm, LogicalFormParseError
 from .parsing import parse_logical_forms
-from .prompts import (DECOMPOSE_EXAMPLE_QUESTION, DECOMPOSE_EXAMPLE_REPLY, DECOMPOSE_INSTRUCTIONS, DEDUCE_PROMPT,
-                      MATH_PROMPT, OUTPUT_PROMPT)
+from .prompts import (
+    DECOMPOSE_EXAMPLE_QUESTION,
+    DECOMPOSE_EXAMPLE_REPLY,
+    DECOMPOSE_INSTRUCTIONS,
+    DEDUCE_PROMPT,
+    MATH_PROMPT,
+    OUTPUT_PROMPT,
+)
 from .replies import _parse_deduction
-from .retrieval import _RetrievalNodes
-from ...machine.kernel import RunFailure, fresh_run
 from .state import KAGThinkerState
 from .text import _normalise, _tagged
 
+# Each function is a method of the node holder (graph.KAGThinker names them as its attributes): "self" is it.
 
-class _Solver(_RetrievalNodes):
-    """Holds model, tools, scorer and options; its methods (and its bases') are the graph nodes."""
+# ----- nodes -----
+def start(self, state: KAGThinkerState, config: RunnableConfig, runtime: Runtime) -> Command[
+    Literal["Decompose", "__end__"]
+]:
+    cfg, _ = self.settings(config, runtime)
+    return self.begin(state, config, cfg, goto="Decompose",
+                      fresh=fresh_run(forms=[], cursor=0, solutions=[], depth=None))
 
-    # ----- nodes -----
-    def start(self, state: KAGThinkerState, config: RunnableConfig, runtime: Runtime) -> Command[
-        Literal["Decompose", "__end__"]
-    ]:
-        cfg, _ = self.settings(config, runtime)
-        return self.begin(state, config, cfg, goto="Decompose",
-                          fresh=fresh_run(forms=[], cursor=0, solutions=[], depth=None))
+def decompose(self, state: KAGThinkerState, config: RunnableConfig, runtime: Runtime,
+              work: dict[str, Any]) -> Command[Literal["Retrieval", "Math", "Deduce", "Output", "__end__"]]:
+    cfg, options = self.settings(config, runtime)
+    instructions = DECOMPOSE_INSTRUCTIONS.format(max_forms=options.max_logical_forms)
+    messages: list[BaseMessage] = [
+        SystemMessage(content=instructions),
+        HumanMessage(content=f"Question: {DECOMPOSE_EXAMPLE_QUESTION}"), AIMessage(content=DECOMPOSE_EXAMPLE_REPLY),
+        HumanMessage(content=f"Question: {state['question']}"),
+    ]
+    work.update(trace=state.get("trace"), llm_calls=state.get("llm_calls", 0), token_usage=state.get("token_usage"),
+                steps=state.get("steps", 0))
+    plan_cfg = cfg if options.max_plan_tokens is None else cfg.model_copy(
+        update={"max_new_tokens": options.max_plan_tokens})
+    plan = self.ask_parsed(work, messages, lambda t: parse_logical_forms(t, max_forms=options.max_logical_forms),
+                           plan_cfg, config, what="Logical_Form",
+                           instructions="Write StepN: / ActionN: pairs as in the example, the last one an Output.")
+    forms = [f.model_dump() for f in plan.forms]
+    for form in plan.forms:
+        detail = {"step": form.index, "function": form.function, "action": form.action,
+                  "references": form.references}
+        if form.index == 1 and plan.repairs:
+            detail["repairs"] = plan.repairs
+        work["trace"] = self.event(work, config, action="Logical_Form", content=form.step, detail=detail)
+    work.update(forms=forms, cursor=0, steps=work["steps"] + 1)
+    return Command(goto=self.route(forms, 0), update=work)
 
-    def decompose(self, state: KAGThinkerState, config: RunnableConfig, runtime: Runtime,
-                  work: dict[str, Any]) -> Command[Literal["Retrieval", "Math", "Deduce", "Output", "__end__"]]:
-        cfg, options = self.settings(config, runtime)
-        instructions = DECOMPOSE_INSTRUCTIONS.format(max_forms=options.max_logical_forms)
-        messages: list[BaseMessage] = [
-            SystemMessage(content=instructions),
-            HumanMessage(content=f"Question: {DECOMPOSE_EXAMPLE_QUESTION}"), AIMessage(content=DECOMPOSE_EXAMPLE_REPLY),
-            HumanMessage(content=f"Question: {state['question']}"),
-        ]
-        work.update(trace=state.get("trace"), llm_calls=state.get("llm_calls", 0), token_usage=state.get("token_usage"),
-                    steps=state.get("steps", 0))
-        plan_cfg = cfg if options.max_plan_tokens is None else cfg.model_copy(
-            update={"max_new_tokens": options.max_plan_tokens})
-        plan = self.ask_parsed(work, messages, lambda t: parse_logical_forms(t, max_forms=options.max_logical_forms),
-                               plan_cfg, config, what="Logical_Form",
-                               instructions="Write StepN: / ActionN: pairs as in the example, the last one an Output.")
-        forms = [f.model_dump() for f in plan.forms]
-        for form in plan.forms:
-            detail = {"step": form.index, "function": form.function, "action": form.action,
-                      "references": form.references}
-            if form.index == 1 and plan.repairs:
-                detail["repairs"] = plan.repairs
-            work["trace"] = self.event(work, config, action="Logical_Form", content=form.step, detail=detail)
-        work.update(forms=forms, cursor=0, steps=work["steps"] + 1)
-        return Command(goto=self.route(forms, 0), update=work)
+def math(self, state: KAGThinkerState, config: RunnableConfig, runtime: Runtime,
+         work: dict[str, Any]) -> Command[Literal["Retrieval", "Math", "Deduce", "Output", "__end__"]]:
+    """Evaluate the target as arithmetic (references replaced by their numbers); if it is not
+    arithmetic, the model writes the expression (re-prompted with the evaluator's refusal)."""
+    cfg, _ = self.settings(config, runtime)
+    form = LogicalForm.model_validate(state["forms"][state["cursor"]])
+    answers = self.answers(state)
+    work.update(trace=state.get("trace"), llm_calls=state.get("llm_calls", 0), token_usage=state.get("token_usage"))
+    try:
+        expression = self.substitute(form.target or "", form, answers, numeric=True)
+        value = evaluate_arithmetic(expression)
+        written_by = "target"
+    except ArithmeticRefused:
+        def parse(text: str) -> tuple[str, float | int]:
+            body = _normalise(text)
+            raw = _tagged(body, "expression")
+            if raw is None:
+                lines = [ln.strip() for ln in body.strip().splitlines() if ln.strip()]
+                raw = lines[-1] if lines else ""
+            raw = _expression_side(raw)
+            expr = self.substitute(raw, form, answers, numeric=True)
+            return expr, evaluate_arithmetic(expr)
 
-    def math(self, state: KAGThinkerState, config: RunnableConfig, runtime: Runtime,
-             work: dict[str, Any]) -> Command[Literal["Retrieval", "Math", "Deduce", "Output", "__end__"]]:
-        """Evaluate the target as arithmetic (references replaced by their numbers); if it is not
-        arithmetic, the model writes the expression (re-prompted with the evaluator's refusal)."""
-        cfg, _ = self.settings(config, runtime)
-        form = LogicalForm.model_validate(state["forms"][state["cursor"]])
-        answers = self.answers(state)
-        work.update(trace=state.get("trace"), llm_calls=state.get("llm_calls", 0), token_usage=state.get("token_usage"))
-        try:
-            expression = self.substitute(form.target or "", form, answers, numeric=True)
-            value = evaluate_arithmetic(expression)
-            written_by = "target"
-        except ArithmeticRefused:
-            def parse(text: str) -> tuple[str, float | int]:
-                body = _normalise(text)
-                raw = _tagged(body, "expression")
-                if raw is None:
-                    lines = [ln.strip() for ln in body.strip().splitlines() if ln.strip()]
-                    raw = lines[-1] if lines else ""
-                raw = _expression_side(raw)
-                expr = self.substitute(raw, form, answers, numeric=True)
-                return expr, evaluate_arithmetic(expr)
+        prompt = MATH_PROMPT.format(content=self.known_facts(form, answers),
+                                    target=self.substitute(form.target or form.step, form, answers))
+        expression, value = self.ask_parsed(work, [HumanMessage(content=prompt)], parse, cfg, config, what="Math",
+                                            instructions="Write only numbers, + - * / ** and parentheses "
+                                            "inside <expression>...</expression>.")
+        written_by = "model"
+    return self.solved(state, work, config, form, answer=_format_number(value), source="math",
+                       detail={"expression": expression, "written_by": written_by})
 
-            prompt = MATH_PROMPT.format(content=self.known_facts(form, answers),
-                                        target=self.substitute(form.target or form.step, form, answers))
-            expression, value = self.ask_parsed(work, [HumanMessage(content=prompt)], parse, cfg, config, what="Math",
-                                                instructions="Write only numbers, + - * / ** and parentheses "
-                                                "inside <expression>...</expression>.")
-            written_by = "model"
-        return self.solved(state, work, config, form, answer=_format_number(value), source="math",
-                           detail={"expression": expression, "written_by": written_by})
+def deduce(self, state: KAGThinkerState, config: RunnableConfig, runtime: Runtime,
+           work: dict[str, Any]) -> Command[Literal["Retrieval", "Math", "Deduce", "Output", "__end__"]]:
+    cfg, _ = self.settings(config, runtime)
+    form = LogicalForm.model_validate(state["forms"][state["cursor"]])
+    answers = self.answers(state)
+    work.update(trace=state.get("trace"), llm_calls=state.get("llm_calls", 0), token_usage=state.get("token_usage"))
+    prompt = DEDUCE_PROMPT.format(op=form.op or "extract", content=self.known_facts(form, answers),
+                                  target=self.substitute(form.target or form.step, form, answers),
+                                  question=state["question"])
+    answer = self.ask_parsed(work, [HumanMessage(content=prompt)], _parse_deduction, cfg, config, what="Deduce",
+                             instructions="End with <answer>your conclusion</answer>.")
+    return self.solved(state, work, config, form, answer=answer, source="deduce", detail={"op": form.op})
 
-    def deduce(self, state: KAGThinkerState, config: RunnableConfig, runtime: Runtime,
-               work: dict[str, Any]) -> Command[Literal["Retrieval", "Math", "Deduce", "Output", "__end__"]]:
-        cfg, _ = self.settings(config, runtime)
-        form = LogicalForm.model_validate(state["forms"][state["cursor"]])
-        answers = self.answers(state)
-        work.update(trace=state.get("trace"), llm_calls=state.get("llm_calls", 0), token_usage=state.get("token_usage"))
-        prompt = DEDUCE_PROMPT.format(op=form.op or "extract", content=self.known_facts(form, answers),
-                                      target=self.substitute(form.target or form.step, form, answers),
-                                      question=state["question"])
-        answer = self.ask_parsed(work, [HumanMessage(content=prompt)], _parse_deduction, cfg, config, what="Deduce",
-                                 instructions="End with <answer>your conclusion</answer>.")
-        return self.solved(state, work, config, form, answer=answer, source="deduce", detail={"op": form.op})
+def output(self, state: KAGThinkerState, config: RunnableConfig, runtime: Runtime) -> Command[Literal["__end__"]]:
+    """The referenced answers are the final answer; with an ``answer_format`` the executor puts
+    them in that form (the model is asked only when they do not already fit)."""
+    cfg, _ = self.settings(config, runtime)
+    form = LogicalForm.model_validate(state["forms"][state["cursor"]])
+    answers = self.answers(state)
+    parts = [answers.get(item.step, "") for item in form.content if item.step is not None]
+    answer = "; ".join(p for p in parts if p) or None
+    unresolved = [s["index"] for s in state.get("solutions") or [] if not s["resolved"]]
+    work: dict[str, Any] = {"steps": state.get("steps", 0) + 1, "trace": state.get("trace"),
+                            "llm_calls": state.get("llm_calls", 0), "token_usage": state.get("token_usage")}
+    fmt = cfg.answer_format
+    structured, reason, error = None, "answered", None
+    if answer is None:
+        reason, error = "no_answer", "the Output step's references have no answer"
+    elif fmt is not None:
+        structured, problem = answer_format.check(fmt, answer)
+        if problem is not None:
+            try:
+                answer, structured = self.formatted(work, state, form, answers, answer, fmt, cfg, config)
+            except RunFailure as fault:
+                reason, error = fault.reason, str(fault)
+    work["trace"] = self.event({**state, **work}, config, action="Output", content=answer or "",
+                               detail={"step": form.index, "outputs": form.references, "unresolved": unresolved})
+    work["structured_answer"] = structured
+    return self.halt(state, config, reason=reason, answer=answer, extra=work, error=error,
+                     validated=reason == "answered" and not unresolved)
 
-    def output(self, state: KAGThinkerState, config: RunnableConfig, runtime: Runtime) -> Command[Literal["__end__"]]:
-        """The referenced answers are the final answer; with an ``answer_format`` the executor puts
-        them in that form (the model is asked only when they do not already fit)."""
-        cfg, _ = self.settings(config, runtime)
-        form = LogicalForm.model_validate(state["forms"][state["cursor"]])
-        answers = self.answers(state)
-        parts = [answers.get(item.step, "") for item in form.content if item.step is not None]
-        answer = "; ".join(p for p in parts if p) or None
-        unresolved = [s["index"] for s in state.get("solutions") or [] if not s["resolved"]]
-        work: dict[str, Any] = {"steps": state.get("steps", 0) + 1, "trace": state.get("trace"),
-                                "llm_calls": state.get("llm_calls", 0), "token_usage": state.get("token_usage")}
-        fmt = cfg.answer_format
-        structured, reason, error = None, "answered", None
-        if answer is None:
-            reason, error = "no_answer", "the Output step's references have no answer"
-        elif fmt is not None:
-            structured, problem = answer_format.check(fmt, answer)
-            if problem is not None:
-                try:
-                    answer, structured = self.formatted(work, state, form, answers, answer, fmt, cfg, config)
-                except RunFailure as fault:
-                    reason, error = fault.reason, str(fault)
-        work["trace"] = self.event({**state, **work}, config, action="Output", content=answer or "",
-                                   detail={"step": form.index, "outputs": form.references, "unresolved": unresolved})
-        work["structured_answer"] = structured
-        return self.halt(state, config, reason=reason, answer=answer, extra=work, error=error,
-                         validated=reason == "answered" and not unresolved)
+def formatted(self, work: dict[str, Any], state: Mapping[str, Any], form: LogicalForm, answers: Mapping[int, str],
+              answer: str, fmt: Any, cfg: TCRAGConfig, config: RunnableConfig) -> tuple[str, Any]:
+    """``(answer, structured answer)`` in the asked format, re-prompted at most ``max_format_retries`` times."""
+    rule = answer_format.instructions(fmt, subject="The final answer")
 
-    def formatted(self, work: dict[str, Any], state: Mapping[str, Any], form: LogicalForm, answers: Mapping[int, str],
-                  answer: str, fmt: Any, cfg: TCRAGConfig, config: RunnableConfig) -> tuple[str, Any]:
-        """``(answer, structured answer)`` in the asked format, re-prompted at most ``max_format_retries`` times."""
-        rule = answer_format.instructions(fmt, subject="The final answer")
+    def parse(text: str) -> tuple[str, Any]:
+        body = re.sub(r"<think>.*?</think>", " ", _normalise(text), flags=re.DOTALL | re.IGNORECASE)
+        final = _tagged(body, "answer") or body.strip()
+        structured, problem = answer_format.check(fmt, final)
+        if problem is not None:
+            raise LogicalFormParseError(problem)
+        return final, structured
 
-        def parse(text: str) -> tuple[str, Any]:
-            body = re.sub(r"<think>.*?</think>", " ", _normalise(text), flags=re.DOTALL | re.IGNORECASE)
-            final = _tagged(body, "answer") or body.strip()
-            structured, problem = answer_format.check(fmt, final)
-            if problem is not None:
-                raise LogicalFormParseError(problem)
-            return final, structured
-
-        prompt = OUTPUT_PROMPT.format(question=state["question"], facts=self.known_facts(form, answers), answer=answer,
-                                      rule=rule)
-        return self.ask_parsed(work, [HumanMessage(content=prompt)], parse, cfg, config, what="Output", instructions=rule)
+    prompt = OUTPUT_PROMPT.format(question=state["question"], facts=self.known_facts(form, answers), answer=answer,
+                                  rule=rule)
+    return self.ask_parsed(work, [HumanMessage(content=prompt)], parse, cfg, config, what="Output", instructions=rule)

@@ -7,7 +7,7 @@ from typing import Optional
 
 from pydantic import Field
 
-from ...machine.kernel import MethodOptions
+from ...core.arguments import MethodOptions
 
 _MAX_FORMS_CAP = 16
 _MAX_TURNS_CAP = 8

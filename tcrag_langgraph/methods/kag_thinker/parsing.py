@@ -7,7 +7,7 @@ from __future__ import annotations
 import re
 from typing import Any, Mapping, Optional
 
-from ...machine.actions import nearest_name
+from ...core.names import nearest_name
 from .forms import DEDUCE_OPS, ContentItem, Function, LogicalForm, LogicalFormParseError, LogicalPlan
 from .text import _normalise, _split_top_level, _strip_think, _unquote
 

@@ -1,14 +1,14 @@
-"""KAG-Thinker's graph state: :class:`~tcrag_langgraph.machine.state.MethodState` plus the plan and the solving position."""
+"""KAG-Thinker's graph state: :class:`~tcrag_langgraph.core.state.MethodState` plus the plan and the solving position."""
 
 from __future__ import annotations
 
 from typing import Any, Optional
 
-from ...machine.state import MethodState
+from ...core.state import MethodState
 
 
 class KAGThinkerState(MethodState, total=False):
-    """Graph state: :class:`~tcrag_langgraph.machine.state.MethodState` plus the plan and where solving is.
+    """Graph state: :class:`~tcrag_langgraph.core.state.MethodState` plus the plan and where solving is.
     Input ``{"question": ...}`` or ``{"messages": [...]}``. Every value is plain data (logical forms
     as ``LogicalForm.model_dump()`` dicts) so any checkpointer stores it."""
 

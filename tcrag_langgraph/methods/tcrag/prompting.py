@@ -10,7 +10,6 @@ from typing import Any, Optional, Sequence
 
 from langchain_core.tools import BaseTool
 
-
 __all__ = ["system_prompt", "demonstrations", "load_prompt_file", "turn_text", "final_turn_text", "rejected_note"]
 
 

@@ -12,11 +12,12 @@ from typing import Annotated, Any, Literal, Mapping, Optional, Union
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 from pydantic.json_schema import SkipJsonSchema
 
+# sigma when none is given, per state value (paper section 8.7.6: 10 for cppl, 20 for uct)
+from ..monitor.state_values import DEFAULT_SIGMA
+
 # Identity is owned by the tools (EMR access control); the agent only carries it.
 from ..tools.identity import CALLER_KEY, CallerContext, caller_from_config
 from ..tools.layer.options import MAX_OUTPUT_TOKENS, MAX_TIMEOUT_S  # the tool layer's limits are ours
-# sigma when none is given, per state value (paper section 8.7.6: 10 for cppl, 20 for uct)
-from ..monitor.state_values import DEFAULT_SIGMA
 
 __all__ = ["TCRAGConfig", "CallerContext", "DEFAULT_SIGMA", "resolve_config", "request_option_fields",
            "caller_from_config", "CALLER_KEY"]
@@ -186,7 +187,7 @@ def resolve_config(
 
     ``caller`` is never taken from either layer: both are written by the client, and an identity
     must come from trusted configuration or an authenticated server user
-    (:func:`tcrag_langgraph.machine.identity.caller_for_run`). ``trust_client_identity=True`` is the explicit
+    (:func:`tcrag_langgraph.core.identity.caller_for_run`). ``trust_client_identity=True`` is the explicit
     opt-in for in-process callers who build the context themselves.
     """
     cfg = base

@@ -36,8 +36,9 @@ from dataclasses import dataclass, replace
 from enum import Enum
 from typing import Any, Optional, Sequence
 
-from .state import Action, Frame, StackError, ToolCallRecord, TraceEvent, pop, push, replace_top
-from ..tools.tokens import count_tokens
+from ...core.state import Action, Frame, ToolCallRecord, TraceEvent
+from ...tools.tokens import count_tokens
+from .state import StackError, pop, push, replace_top
 
 __all__ = [
     "HaltReason",

@@ -13,8 +13,8 @@ from typing import Any, Mapping, Optional
 from langchain_core.messages import HumanMessage
 from langchain_core.runnables import RunnableConfig
 
-from .config import TCRAGConfig
 from ..tools.layer.outcome import content_text
+from .config import TCRAGConfig
 
 __all__ = ["question_problem", "extract_question", "last_human_is", "child_config"]
 

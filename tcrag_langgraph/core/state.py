@@ -1,14 +1,15 @@
-"""Frames, the memory stack and the graph state of the TC-RAG stack machine.
+"""The records every method's run shares: frames and their actions, tool calls, trace events, and
+the graph-state keys every method has (:class:`MethodState`).
 
-The stack operations (:func:`push`, :func:`pop`, :func:`replace_top`) keep the stack's invariant (the
-User_Query stays at the bottom); the rules of Algorithm 1 that use them, with the state value, are
-in :mod:`.transitions`.
+A :class:`Frame` is one entry of TC-RAG's memory stack; :class:`~tcrag_langgraph.core.result.RunResult`
+carries the final stack for every method (empty for the methods without one), so the frame types
+live here, beside the result that reads them. The stack operations and the stack machine's own
+state are TC-RAG's (:mod:`tcrag_langgraph.methods.tcrag.state`).
 """
 
 from __future__ import annotations
 
 from enum import Enum
-from dataclasses import dataclass, field
 from typing import Annotated, Any, Literal, Optional
 
 from langchain_core.messages import AnyMessage
@@ -23,13 +24,7 @@ __all__ = [
     "ToolCallRecord",
     "TraceEvent",
     "TraceOp",
-    "ParsedAction",
-    "TCRAGState",
-    "StackError",
-    "push",
-    "pop",
-    "replace_top",
-    "render_stack",
+    "observations",
     "fence_tool_output",
     "TOOL_OUTPUT_OPEN",
     "TOOL_OUTPUT_CLOSE",
@@ -47,18 +42,6 @@ class Action(str, Enum):
     SUMMARY = "Summary"
     BACKTRACK = "Backtrack"
     CONCLUSION = "Conclusion"
-
-
-@dataclass(frozen=True)
-class ParsedAction:
-    """One action parsed from the model's reply (:func:`tcrag_langgraph.machine.actions.parse_action`),
-    kept typed until a graph node applies it."""
-
-    action: Action
-    content: str = ""
-    tool: Optional[str] = None
-    tool_input: Any = None
-    repairs: tuple[str, ...] = field(default_factory=tuple)
 
 
 class ToolCallRecord(BaseModel):
@@ -125,39 +108,10 @@ def fence_tool_output(text: str) -> str:
     return "\n".join([TOOL_OUTPUT_OPEN, *(TOOL_OUTPUT_QUOTE + line for line in lines), TOOL_OUTPUT_CLOSE])
 
 
-class StackError(RuntimeError):
-    """Raised when a stack operation would break an invariant (e.g. popping the User_Query)."""
-
-
-def push(stack: list[Frame], frame: Frame) -> list[Frame]:
-    """Return a new stack with ``frame`` on top."""
-    if frame.action is Action.USER_QUERY and stack:
-        raise StackError("User_Query may only be the bottom frame")
-    return [*stack, frame]
-
-
-def pop(stack: list[Frame]) -> tuple[list[Frame], Frame]:
-    """Return ``(new_stack, popped_frame)``; the bottom User_Query can never be popped."""
-    if len(stack) <= 1:
-        raise StackError("the User_Query frame at the bottom of the stack cannot be popped")
-    return stack[:-1], stack[-1]
-
-
-def replace_top(stack: list[Frame], frame: Frame) -> tuple[list[Frame], Frame]:
-    """Pop the top frame and push ``frame`` (the Summary operation)."""
-    rest, popped = pop(stack)
-    return push(rest, frame), popped
-
-
 def observations(stack: list[Frame]) -> list[str]:
     """What the tools returned on the stack, bottom first (errors are never evidence)."""
     return [f.tool_call.observation for f in stack
             if f.action is Action.TOOL_USE and f.tool_call is not None and not f.tool_call.is_error]
-
-
-def render_stack(stack: list[Frame]) -> str:
-    """The stack as the text the model reads, bottom first."""
-    return "\n".join(frame.render() for frame in stack)
 
 
 def _compact(value: Any) -> str:
@@ -171,7 +125,7 @@ def _compact(value: Any) -> str:
 
 class MethodState(TypedDict, total=False):
     """The keys every method's graph state shares (TC-RAG, the baselines, CRP-RAG, KAG-Thinker,
-    TCM-DiffRAG): the question in, the answer and its costs out. :class:`~tcrag_langgraph.machine.result.RunResult`
+    TCM-DiffRAG): the question in, the answer and its costs out. :class:`~tcrag_langgraph.core.result.RunResult`
     reads these, so every method is reported the same way. Input is ``{"question": ...}`` or
     ``{"messages": [...]}``."""
 
@@ -193,20 +147,3 @@ class MethodState(TypedDict, total=False):
     #: ``{"text": ...}`` (errors as ``{"error": ...}``, never evidence), optionally with ``"tool"``;
     #: RunResult.evidence reads the texts (TC-RAG's evidence is the tool observations on its stack)
     knowledge: list[dict[str, Any]]
-
-
-class TCRAGState(MethodState, total=False):
-    """The stack machine's graph state: :class:`MethodState` plus the stack, sigma and the pending action."""
-
-    stack: list[Frame]
-    sigma: float
-    metric: str
-    state_history: list[dict[str, Any]]
-    format_feedback: list[dict[str, str]]
-    pending_action: Optional[ParsedAction]  # the typed parse of the model's reply, until applied
-    final_conclusion: bool  # the step budget is spent: the pending Conclusion is the last one
-    last_call: bool  # no usable action after the re-prompts: only a final Conclusion is asked for
-    repeated_tool_calls: int  # identical tool calls refused (not executed again)
-    #: the step of the rejection whose Conclusion the model wrote again and was told to leave: a second
-    #: repeat halts the run (repeated_conclusion)
-    repeat_warned: Optional[int]

@@ -24,9 +24,9 @@ import re
 from dataclasses import dataclass
 from typing import Any, Iterable, Optional, Sequence
 
-from rapidfuzz import fuzz, process
-
-from .state import TOOL_OUTPUT_CLOSE, TOOL_OUTPUT_OPEN, TOOL_OUTPUT_QUOTE, Action, ParsedAction
+from ...core.names import nearest_name
+from ...core.state import TOOL_OUTPUT_CLOSE, TOOL_OUTPUT_OPEN, TOOL_OUTPUT_QUOTE, Action
+from .state import ParsedAction
 
 __all__ = ["ParsedAction", "ActionParseError", "parse_action", "format_instructions"]
 
@@ -69,20 +69,6 @@ _LINE_LABEL = re.compile(
 _INLINE_LABEL = re.compile(r"(?<![\w])\**(?P<label>" + _ALT + r")\**[ \t]*(?P<sep>:)", re.IGNORECASE)
 _ACTION_ROLES = {a.value for a in Action if a is not Action.USER_QUERY}
 
-
-
-def nearest_name(word: str, names: Sequence[str], *, cutoff: float = 0.75) -> Optional[str]:
-    """The name in ``names`` nearest to a near-miss ``word`` (a model's misspelt tool or function
-    name), if its similarity (rapidfuzz's normalised Indel ratio) is at least ``cutoff``; else None.
-
-    Example:
-        >>> nearest_name("docrg", ["docrag", "kgrag", "websearch"])
-        'docrag'
-        >>> nearest_name("weather", ["docrag", "kgrag"]) is None
-        True
-    """
-    found = process.extractOne(word, list(names), scorer=fuzz.ratio, score_cutoff=cutoff * 100)
-    return found[0] if found else None
 
 
 def _key(label: str) -> str:

@@ -16,7 +16,7 @@ Example:
     >>> out["answer"], out["answer_validated"], out["halt_reason"]
     ('yes', True, 'validated')
 
-Why one module of this size: every node is a short adapter over one ``_Machine`` (score, apply a rule
+Why one module of this size: every node is a short adapter over one ``TCRAG`` (score, apply a rule
 of :mod:`.transitions`, emit); the rules themselves live in :mod:`.transitions`.
 """
 
@@ -31,26 +31,28 @@ from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage
 from langchain_core.runnables import RunnableConfig
 from langchain_core.tools import BaseTool
-from langgraph.graph import START, StateGraph
 from langgraph.runtime import Runtime
 from langgraph.types import Command, interrupt
 
-from ..models.local import chat_model_id
-from ..monitor.calibration import resolve_monitor, resolve_sigma
-from ..monitor.scoring import StateScorer
-from ..monitor.state_values import uses_evidence
-from . import answer_format, transitions
+from ...core import answer_format
+from ...core.arguments import BuildArguments
+from ...core.config import TCRAGConfig
+from ...core.events import EVENT_NAME
+from ...core.kernel import RunKernel
+from ...core.run_input import extract_question, last_human_is, question_problem
+from ...core.state import Action, TraceEvent, observations
+from ...models.local import chat_model_id
+from ...monitor.calibration import resolve_monitor, resolve_sigma
+from ...monitor.scoring import StateScorer
+from ...monitor.state_values import uses_evidence
+from ...tools.layer import with_egress_context
+from . import transitions
 from .actions import ActionParseError, format_instructions, parse_action
-from .config import TCRAGConfig
-from .events import EVENT_NAME
-from .kernel import RunKernel, build_arguments, default_scorer
 from .prompting import demonstrations, final_turn_text, rejected_note, system_prompt, turn_text
-from .run_input import extract_question, last_human_is, question_problem
-from .state import Action, ParsedAction, TCRAGState, TraceEvent, observations, render_stack
-from ..tools.layer import with_egress_context
+from .state import ParsedAction, TCRAGState, render_stack
 from .transitions import HaltReason, Machine, Transition
 
-__all__ = ["build_graph", "question_problem", "EVENT_NAME", "NODE_NAMES", "HALT_REASONS"]
+__all__ = ["TCRAG", "build_graph", "question_problem", "EVENT_NAME", "NODE_NAMES", "HALT_REASONS"]
 
 NODE_NAMES = ("Start", "Generate", "Thought", "Plan", "Tool_Use", "Summary", "Backtrack", "Conclusion", "Human_Review")
 HALT_REASONS = tuple(reason.value for reason in HaltReason)
@@ -66,9 +68,33 @@ STOP_SEQUENCES = ["\nTool_Observation:", "\nObservation:", "\nTool_Error:", "\nU
                   "\n\nBacktrack:"]
 
 
-class _Machine(RunKernel):
+class TCRAG(RunKernel):
     """TC-RAG's node holder on the run kernel: each node scores or calls what the step needs
     (through the kernel), applies one rule of :mod:`.transitions` and emits its event."""
+
+    method = "TC-RAG"
+    default_name = "tcrag"
+    state_schema = TCRAGState
+    context_schema = TCRAGConfig
+    nodes = {name: name.lower() for name in ("Start", "Generate", "Thought", "Plan", "Tool_Use", "Summary",
+                                             "Backtrack", "Conclusion", "Human_Review")}
+
+    @classmethod
+    def prepare(cls, args: BuildArguments, **extra: Any) -> "TCRAG":
+        """``sigma="auto"`` resolved once, from the generator's stored calibration (a missing one fails
+        here, not mid-run); the monitor scores with the generator's own weights unless a scorer is given,
+        never silently with another model."""
+        if extra:
+            raise TypeError(f"TC-RAG got unexpected keyword arguments: {', '.join(sorted(extra))}")
+        cfg = args.config
+        if cfg.sigma == "auto":
+            metric, sigma = resolve_monitor(cfg, chat_model_id(args.model))
+            cfg = cfg.merged({"metric": metric, "sigma": sigma})
+        scorer = cls.scorer_for(args, needed=cfg.enable_state_monitor)
+        machine = cls(args.model, args.tools, scorer, cfg, trust_client_identity=args.trust_client_identity)
+        if args.scorer is None and scorer is not None:  # what the shipped calibration says of this model as its own monitor
+            machine.unjudged = _unjudged(args.model)
+        return machine
 
     def sigma(self, cfg: TCRAGConfig) -> float:
         """sigma as a number; ``"auto"`` is this generator's stored calibration (tcrag calibrate)."""
@@ -353,7 +379,7 @@ def _review_decision(decision: Any) -> tuple[bool, Optional[str]]:
 
 def _unjudged(model: Any) -> dict[str, str]:
     """metric -> why the monitor cannot judge ``model`` (:func:`~tcrag_langgraph.monitor.calibration.monitor_cannot_judge`)."""
-    from ..monitor.calibration import METRICS, monitor_cannot_judge
+    from ...monitor.calibration import METRICS, monitor_cannot_judge
 
     try:
         model_id = chat_model_id(model)
@@ -407,24 +433,5 @@ def build_graph(
     Returns:
         A compiled graph: ``invoke({"question": ...})`` or ``invoke({"messages": [...]})``.
     """
-    args = build_arguments(model=model, tools=tools, scorer=scorer, config=config, options=options, name=name,
-                           trust_client_identity=trust_client_identity, method="TC-RAG",
-                           model_kwargs=model_kwargs)
-    model, cfg = args.model, args.config
-    if cfg.sigma == "auto":  # the generator's stored calibration; a missing one fails here, not mid-run
-        metric, sigma = resolve_monitor(cfg, chat_model_id(model))
-        cfg = cfg.merged({"metric": metric, "sigma": sigma})
-    own_weights = scorer is None
-    # The monitor scores with the generator's own weights, never silently with another model.
-    scorer = default_scorer(model, scorer, needed=cfg.enable_state_monitor)
-    machine = _Machine(model, args.tools, scorer, cfg, trust_client_identity=trust_client_identity)
-    if own_weights and scorer is not None:  # what the shipped calibration says of this model as its own monitor
-        machine.unjudged = _unjudged(model)
-    builder = StateGraph(TCRAGState, context_schema=TCRAGConfig)
-    for node_name, node in (("Start", machine.start), ("Generate", machine.generate), ("Thought", machine.thought),
-                            ("Plan", machine.plan), ("Tool_Use", machine.tool_use), ("Summary", machine.summary),
-                            ("Backtrack", machine.backtrack), ("Conclusion", machine.conclusion),
-                            ("Human_Review", machine.human_review)):
-        builder.add_node(node_name, machine.node(node))
-    builder.add_edge(START, "Start")
-    return builder.compile(checkpointer=checkpointer, store=store, name=name)
+    return TCRAG.build(model=model, tools=tools, scorer=scorer, config=config, options=options, checkpointer=checkpointer,
+                       store=store, name=name, trust_client_identity=trust_client_identity, model_kwargs=model_kwargs)

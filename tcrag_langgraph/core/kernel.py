@@ -1,11 +1,15 @@
 """The run kernel: what every method does in a run, in one place.
 
-TC-RAG's stack machine, the baselines (Base, CoT, SR-RAG) and the papers' methods (CRP-RAG,
-KAG-Thinker, TCM-DiffRAG) all hold their graph nodes the same way: a subclass of
-:class:`RunKernel` whose methods are the nodes, each wrapped by :meth:`RunKernel.node` when the
-graph is built. A method with many nodes adds them stage by stage in a single chain of classes
-(its core on the kernel, then each stage on the one before; the last is the node holder). The
-kernel owns the run glue they share, so each rule has one home:
+Every method (TC-RAG's stack machine, the baselines, the retrieve-while-writing methods and the
+papers' CRP-RAG, KAG-Thinker and TCM-DiffRAG) is one subclass of :class:`RunKernel` that *declares*
+itself: its graph state (``state_schema``), its own options (``options_type``), whether it reads
+token log-probs (``reads_scores``) and its nodes (``nodes``: node name -> the holder's method; the
+first is the entry). The inherited :meth:`RunKernel.build` does the rest, the same way for every
+method: check the arguments (:func:`~.arguments.build_arguments`), make the node holder
+(:meth:`RunKernel.prepare`, which a method overrides when it has more to set up), wrap each node
+(:meth:`RunKernel.node`), compile. A method whose nodes come in stages keeps each stage's functions
+in a module of their own and names them as attributes of its one holder class. The kernel owns the
+run glue they share, so each rule has one home:
 
 * :meth:`RunKernel.settings` - the per-run settings: the build-time :class:`TCRAGConfig` and the
   method's own options (:class:`MethodOptions`), overridden by ``config["configurable"]`` and the
@@ -21,68 +25,42 @@ kernel owns the run glue they share, so each rule has one home:
 * :meth:`RunKernel.halt` - the end of a run: the same result fields and the same final message
   metadata (:class:`~.result.RunResult`) for every method;
 * :meth:`RunKernel.node` - a node wrapper that turns a :class:`RunFailure` into that halt;
-* :func:`build_arguments` - what every builder checks and resolves (model, tools, config, options,
-  name, identity switch), with the same exceptions: TypeError for a wrong type, ValueError for a
-  bad value.
+* :meth:`RunKernel.build` - the graph of a declared method (see above).
 """
 
 from __future__ import annotations
 
 import inspect
 import math
-import os
 import typing
-from dataclasses import dataclass
-from typing import Any, Callable, Mapping, Optional, Sequence
+from typing import Any, Callable, ClassVar, Mapping, Optional, Sequence
 
 from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage
 from langchain_core.runnables import RunnableConfig
 from langchain_core.tools import BaseTool
-from langgraph.graph import END
+from langgraph.graph import END, START, StateGraph
 from langgraph.runtime import Runtime
 from langgraph.types import Command
-from pydantic import BaseModel, ConfigDict
 
 from ..models.local import cut_at_stop, takes_generation_settings
-from ..models.resolve import resolve_chat_model
-from ..monitor.scoring import MonitorUnavailableError, TokenStat
-from ..monitor.own_model import scorer_for_model
+from ..monitor.scoring import TokenStat
 from ..monitor.state_values import measure, scorer_score
 from ..tools.layer import invoke_tool, is_tool_error
 from ..tools.layer.outcome import content_text
 from ..tools.tokens import count_tokens
+from .arguments import BuildArguments, MethodOptions, build_arguments, default_scorer
 from .config import CALLER_KEY, TCRAGConfig, resolve_config
 from .events import emit
 from .identity import caller_for_run
 from .result import RunResult
 from .run_input import child_config, extract_question, last_human_is
-from .state import ToolCallRecord, TraceEvent
+from .state import MethodState, ToolCallRecord, TraceEvent
 
 #: the most stop sequences a provider's API accepts (OpenAI's limit); the rest are applied here
 MAX_PROVIDER_STOPS = 4
 
-__all__ = ["MAX_PROVIDER_STOPS", "MethodOptions", "RunFailure", "RunKernel", "BuildArguments", "build_arguments", "fresh_run"]
-
-
-class MethodOptions(BaseModel):
-    """Base of a method's own options (CRP-RAG, KAG-Thinker, TCM-DiffRAG): validated, unknown fields
-    refused, each overridable per run (``context=``); the shared settings stay in :class:`TCRAGConfig`."""
-
-    model_config = ConfigDict(extra="forbid", validate_assignment=True)
-
-    def merged(self, overrides: "MethodOptions | Mapping[str, Any] | None") -> "MethodOptions":
-        """A copy with the explicitly set fields of ``overrides`` applied (validated)."""
-        if overrides is None:
-            return self
-        if isinstance(overrides, type(self)):
-            values = {name: getattr(overrides, name) for name in overrides.model_fields_set}
-        elif isinstance(overrides, Mapping):
-            values = dict(overrides)
-        else:
-            raise TypeError(f"{type(self).__name__} overrides must be {type(self).__name__} or a mapping, "
-                            f"not {type(overrides).__name__}")
-        return type(self).model_validate({**self.model_dump(), **values}) if values else self
+__all__ = ["MAX_PROVIDER_STOPS", "RunFailure", "RunKernel", "fresh_run"]
 
 
 class RunFailure(Exception):
@@ -104,8 +82,43 @@ def fresh_run(**extra: Any) -> dict[str, Any]:
 
 class RunKernel:
     """Holds a method's model, tools, scorer, configuration and options; a method's node holder
-    subclasses it and its methods are the graph nodes."""
+    subclasses it, declares itself in the class attributes below and its methods are the graph nodes.
 
+    Example (a one-node method; :doc:`docs/methods.md <methods>` walks through a fuller one):
+
+        >>> from langchain_core.language_models.fake_chat_models import FakeListChatModel
+        >>> class Echo(RunKernel):
+        ...     method = "Echo"
+        ...     nodes = {"Answer": "answer"}
+        ...     def answer(self, state, config, runtime):
+        ...         cfg, _ = self.settings(config, runtime)
+        ...         work = {**self.counters(fresh_run()), "question": state["question"]}
+        ...         text = self.ask(work, [HumanMessage(content=state["question"])], cfg, config)
+        ...         return self.halt({**state, **work}, config, reason="answered", answer=text, validated=False,
+        ...                          extra=work)
+        >>> graph = Echo.build(model=FakeListChatModel(responses=["42"]))
+        >>> out = graph.invoke({"question": "What is six times seven?"})
+        >>> out["answer"], out["halt_reason"], out["llm_calls"]
+        ('42', 'answered', 1)
+    """
+
+    #: the method's name in error messages
+    method: ClassVar[str] = "this method"
+    #: the graph's name unless the builder is given one
+    default_name: ClassVar[str] = "method"
+    #: the method's graph state (a :class:`~.state.MethodState` type)
+    state_schema: ClassVar[type] = MethodState
+    #: the run context's type for LangGraph (None: a mapping of TCRAGConfig or option fields)
+    context_schema: ClassVar[Optional[type]] = None
+    #: node name -> the name of the holder's method that runs it; the first node is the entry
+    nodes: ClassVar[Mapping[str, str]] = {}
+    #: the method reads token log-probs from a scorer: with none given, the generator's own weights
+    #: (:func:`~.arguments.default_scorer`; a model without trusted log-probs is refused)
+    reads_scores: ClassVar[bool] = False
+    #: what to do instead, said when a scorer is needed and the model has none
+    scorer_advice: ClassVar[str] = ""
+    #: the method calls the tools it is given (False: the tools are accepted and not called)
+    calls_tools: ClassVar[bool] = True
     #: the method's own options type (None: the method has none)
     options_type: Optional[type[MethodOptions]] = None
     #: metric -> why the monitor cannot judge this generator (a shipped calibration found no sigma that
@@ -120,6 +133,82 @@ class RunKernel:
         self.base_config = config
         self.base_options = options
         self.trust_client_identity = trust_client_identity
+
+    # ----- building the graph -----
+    @classmethod
+    def build(
+        cls,
+        *,
+        model: BaseChatModel | str | None = None,
+        tools: Optional[Sequence[BaseTool]] = None,
+        scorer: Any = None,
+        config: Optional[TCRAGConfig | Mapping[str, Any]] = None,
+        options: Any = None,
+        checkpointer: Any = None,
+        store: Any = None,
+        name: Optional[str] = None,
+        trust_client_identity: bool = False,
+        model_kwargs: Optional[Mapping[str, Any]] = None,
+        **extra: Any,
+    ):
+        """Build and compile this method's graph: ``invoke({"question": ...})`` or
+        ``invoke({"messages": [...]})``.
+
+        ``model``: a LangChain chat model, a local path / ``.gguf``, a ``"provider:model"`` name or None
+        (the packaged default); ``model_kwargs``: what a ``"provider:model"`` name's chat model is made
+        with (e.g. ``base_url``). ``tools``: LangChain tools with unique names. ``scorer``: the state
+        monitor's scorer (None: the generator's own weights where the method reads log-probs).
+        ``config``: the shared :class:`TCRAGConfig`; ``options``: the method's own options type (or a
+        mapping of its fields); both overridable per run through ``context=``. ``checkpointer`` and
+        ``store``: LangGraph's (give the checkpointer ``serde=tcrag_langgraph.checkpoint_serde()``).
+        ``trust_client_identity``: let a run's context set ``caller`` (off: the client writes it).
+        ``extra``: a method's own build-time inputs (:meth:`prepare`).
+        """
+        args = build_arguments(model=model, tools=tools, scorer=scorer, config=config, options=options,
+                               name=cls.default_name if name is None else name,
+                               trust_client_identity=trust_client_identity, options_type=cls.options_type,
+                               method=cls.method, model_kwargs=model_kwargs)
+        holder = cls.prepare(args, **extra)
+        graph = StateGraph(cls.state_schema, context_schema=cls.context_schema)
+        for node_name, attribute in cls.nodes.items():
+            graph.add_node(node_name, holder.node(getattr(holder, attribute)))
+        graph.add_edge(START, next(iter(cls.nodes)))
+        return holder.finish(graph.compile(checkpointer=checkpointer, store=store, name=args.name))
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        """Give each method's ``build`` its true signature: the common keywords, then the keyword-only
+        inputs of its own :meth:`prepare` (what ``help()``, IDEs and the builder tests read)."""
+        super().__init_subclass__(**kwargs)
+        common = RunKernel.__dict__["build"].__func__
+        own = [p for p in inspect.signature(cls.prepare).parameters.values() if p.kind is p.KEYWORD_ONLY]
+
+        def build(klass: type, **options: Any) -> Any:
+            return common(klass, **options)
+
+        shared = [p for p in inspect.signature(common).parameters.values() if p.kind is p.KEYWORD_ONLY]
+        first = inspect.Parameter("cls", inspect.Parameter.POSITIONAL_OR_KEYWORD)
+        build.__signature__ = inspect.Signature([first, *shared, *own])  # type: ignore[attr-defined]
+        build.__doc__, build.__qualname__ = common.__doc__, f"{cls.__qualname__}.build"
+        cls.build = classmethod(build)  # type: ignore[method-assign]
+
+    @classmethod
+    def prepare(cls, args: BuildArguments, **extra: Any) -> "RunKernel":
+        """The node holder for checked build arguments. A method with build-time inputs of its own
+        (``extra``) or more to set up overrides this; unknown keywords are a TypeError."""
+        if extra:
+            raise TypeError(f"{cls.method} got unexpected keyword arguments: {', '.join(sorted(extra))}")
+        return cls(args.model, args.tools if cls.calls_tools else [], cls.scorer_for(args), args.config, args.options,
+                   trust_client_identity=args.trust_client_identity)
+
+    @classmethod
+    def scorer_for(cls, args: BuildArguments, *, needed: Optional[bool] = None) -> Any:
+        """The scorer a run reads: the given one, or where this method reads log-probs the generator's own weights."""
+        return default_scorer(args.model, args.scorer, needed=cls.reads_scores if needed is None else needed,
+                              why=cls.scorer_advice)
+
+    def finish(self, graph: Any) -> Any:
+        """The compiled graph as the method hands it out (a method may bind settings, e.g. a recursion limit)."""
+        return graph
 
     # ----- per-run settings -----
     def settings(self, config: Optional[RunnableConfig], runtime: Optional[Runtime] = None) -> tuple[TCRAGConfig, Any]:
@@ -352,107 +441,3 @@ def _monitor_value(compute: Callable[[], float]) -> float:
     if not math.isfinite(value):
         raise RunFailure("scorer_error", f"ValueError: the scorer returned {value}")
     return value
-
-
-@dataclass(frozen=True)
-class BuildArguments:
-    """What a builder works with after :func:`build_arguments` checked and resolved its arguments."""
-
-    model: BaseChatModel
-    tools: list[BaseTool]
-    scorer: Any
-    config: TCRAGConfig
-    options: Any
-    name: str
-    trust_client_identity: bool
-
-
-def build_arguments(
-    *,
-    model: Any,
-    tools: Any,
-    scorer: Any,
-    config: Any,
-    options: Any,
-    name: Any,
-    trust_client_identity: Any,
-    options_type: Optional[type[MethodOptions]] = None,
-    method: str = "this method",
-    model_kwargs: Optional[Mapping[str, Any]] = None,
-) -> BuildArguments:
-    """Check and resolve the arguments every builder takes, the same way for every method.
-
-    ``model``: a LangChain chat model, a local path / ``.gguf``, a ``"provider:model"`` name or None
-    (the packaged default). ``tools``: LangChain tools with unique names. ``scorer``: None, an object
-    with ``score`` or ``token_logprobs``, or a callable. ``config``: a :class:`TCRAGConfig` or a
-    mapping of its fields. ``options``: the method's own options (or a mapping of them); a method
-    without options takes none. ``model_kwargs``: what a ``"provider:model"`` name's chat model is made
-    with (``init_chat_model``'s keywords, e.g. ``base_url``, ``api_key``); only with such a name. A
-    wrong type is a TypeError, a bad value a ValueError.
-    """
-    if not (model is None or isinstance(model, (BaseChatModel, str, os.PathLike))):
-        raise TypeError(f"model must be a LangChain chat model, a path or a 'provider:model' name, "
-                        f"got {type(model).__name__}")
-    if tools is None:
-        tools = []
-    if isinstance(tools, (str, bytes, BaseTool)) or not isinstance(tools, (Sequence, tuple, list)):
-        raise TypeError(f"tools must be a sequence of LangChain tools, got {type(tools).__name__}")
-    tools = list(tools)
-    for tool in tools:
-        if not isinstance(tool, BaseTool):
-            raise TypeError(f"tools must be LangChain BaseTool instances, got {type(tool).__name__}")
-    if len({tool.name for tool in tools}) != len(tools):
-        raise ValueError("tool names must be unique")
-    if scorer is not None and not (hasattr(scorer, "score") or hasattr(scorer, "token_logprobs") or callable(scorer)):
-        raise TypeError(f"scorer must have score(query, text, *, metric), token_logprobs(context, text) or be "
-                        f"callable, got {type(scorer).__name__}")
-    if config is None:
-        cfg = TCRAGConfig()
-    elif isinstance(config, TCRAGConfig):
-        cfg = config
-    elif isinstance(config, Mapping):
-        cfg = TCRAGConfig.model_validate(dict(config))  # a bad value: pydantic's ValidationError, a ValueError
-    else:
-        raise TypeError(f"config must be a TCRAGConfig or a mapping of its fields, got {type(config).__name__}")
-    if options_type is None:
-        if options:
-            raise ValueError(f"{method} takes no options (its settings are TCRAGConfig fields)")
-        opts = None
-    elif options is None:
-        opts = options_type()
-    elif isinstance(options, options_type):
-        opts = options
-    elif isinstance(options, Mapping):
-        opts = options_type.model_validate(dict(options))
-    else:
-        raise TypeError(f"options must be {options_type.__name__} or a mapping of its fields, "
-                        f"got {type(options).__name__}")
-    if not isinstance(name, str):
-        raise TypeError(f"name must be a string, got {type(name).__name__}")
-    if not name.strip():
-        raise ValueError("name must not be empty")
-    if not isinstance(trust_client_identity, bool):
-        raise TypeError(f"trust_client_identity must be True or False, got {type(trust_client_identity).__name__}")
-    if model_kwargs is not None and not isinstance(model_kwargs, Mapping):
-        raise TypeError(f"model_kwargs must be a mapping of init_chat_model keywords, got {type(model_kwargs).__name__}")
-    if not isinstance(model, BaseChatModel):  # the packaged default, a local path or a provider name
-        model = resolve_chat_model(model, max_new_tokens=cfg.max_new_tokens, temperature=cfg.temperature,
-                                   **dict(model_kwargs or {}))
-    elif model_kwargs:
-        raise ValueError("model_kwargs apply to a model given by name; set them on the chat model you built")
-    return BuildArguments(model=model, tools=tools, scorer=scorer, config=cfg, options=opts, name=name,
-                          trust_client_identity=trust_client_identity)
-
-
-def default_scorer(model: BaseChatModel, scorer: Any, *, needed: bool, why: str = "") -> Any:
-    """``scorer``, or when none is given and the method needs one, the generator's own weights
-    (:func:`~tcrag_langgraph.monitor.own_model.scorer_for_model`): never silently another model. A model
-    without trusted log-probs raises :class:`MonitorUnavailableError` (``why`` says what to do instead)."""
-    if scorer is not None or not needed:
-        return scorer
-    try:
-        return scorer_for_model(model)
-    except MonitorUnavailableError as err:
-        if not why:
-            raise
-        raise MonitorUnavailableError(f"{err} {why}") from None

@@ -1,6 +1,6 @@
 """Live events: every push, pop, state change, tool call and halt of a run, as it happens.
 
-One :class:`~tcrag_langgraph.machine.state.TraceEvent` is emitted two ways, because the faces listen in
+One :class:`~tcrag_langgraph.core.state.TraceEvent` is emitted two ways, because the faces listen in
 different places: LangGraph's ``stream_mode="custom"`` (and the LangGraph API / Studio) reads the
 stream writer; ``astream_events`` and LangServe's ``/stream_events`` read callback custom events.
 Every method of this package (TC-RAG and the papers' other systems) emits through :func:`emit`.
