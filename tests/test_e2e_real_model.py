@@ -12,7 +12,8 @@ import json
 import pytest
 from typer.testing import CliRunner
 
-from tcrag_langgraph import Action, TCRAGConfig, build_graph
+from tcrag_langgraph import TCRAGConfig, build_graph
+from tcrag_langgraph.core.state import Action
 from tcrag_langgraph.methods.tcrag.graph import HALT_REASONS
 
 pytestmark = pytest.mark.slow
@@ -72,7 +73,8 @@ def test_langchain_huggingface_chat_model_works_as_the_generator():
     from langchain_huggingface import ChatHuggingFace, HuggingFacePipeline
     from transformers import pipeline
 
-    from tcrag_langgraph import LocalLMScorer, load_local_model
+    from tcrag_langgraph.models.local import load_local_model
+    from tcrag_langgraph.monitor.scoring import LocalLMScorer
 
     lm = load_local_model()
     generator = pipeline("text-generation", model=lm.model, tokenizer=lm.tokenizer, max_new_tokens=32,

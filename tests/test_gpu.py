@@ -73,7 +73,8 @@ def test_cached_generation_on_the_gpu_equals_uncached_over_pushes_and_pops():
 
 
 def test_a_tcrag_run_on_the_gpu_is_monitored_by_the_gpu_model():
-    from tcrag_langgraph import HALT_REASONS, TCRAGConfig, build_graph
+    from tcrag_langgraph import TCRAGConfig, build_graph
+    from tcrag_langgraph.methods.tcrag.graph import HALT_REASONS
     from tcrag_langgraph.models.local import LocalChatModel
 
     chat = LocalChatModel(model_path=MODEL, device="cuda", dtype="bfloat16", max_new_tokens=40, temperature=0.0)

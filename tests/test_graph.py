@@ -12,9 +12,10 @@ from langchain_core.tools import tool
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.checkpoint.sqlite import SqliteSaver
 from langgraph.types import Command
-
-from tcrag_langgraph import Action, TCRAGConfig, build_graph
 from tcrag_langgraph.tools import ToolError
+
+from tcrag_langgraph import TCRAGConfig, build_graph
+from tcrag_langgraph.core.state import Action
 
 from .conftest import ScriptedScorer, scripted
 

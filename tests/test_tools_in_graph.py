@@ -17,8 +17,9 @@ from tcrag_langgraph.tools.elasticsearch_store import ElasticsearchStore
 from tcrag_langgraph.tools.emr import default_emr_tool
 from tcrag_langgraph.tools.web_search import SearxngProvider, web_tool
 
-from tcrag_langgraph import Action, CallerContext, LocalLMScorer, TCRAGConfig, build_graph
-from tcrag_langgraph.core.state import fence_tool_output
+from tcrag_langgraph import CallerContext, TCRAGConfig, build_graph
+from tcrag_langgraph.core.state import Action, fence_tool_output
+from tcrag_langgraph.monitor.scoring import LocalLMScorer
 
 from .conftest import ScriptedScorer, scripted
 

@@ -347,17 +347,8 @@ def ask(
     from ..core.result import RunResult
     from ..core.run_input import question_problem
     from ..models.local import LocalChatModel, LocalModelError
-    from .run_options import (
-        api_key_from_env,
-        build_for_face,
-        check_method,
-        check_sigma,
-        make_generator,
-        make_scorer,
-        make_tools,
-        quiet_library_progress,
-        scripted_run,
-    )
+    from .run_options import (api_key_from_env, build_for_face, check_method, check_sigma, make_generator,
+                              make_scorer, make_tools, quiet_library_progress, scripted_run)
 
     err = Console(stderr=True)
     quiet_library_progress()

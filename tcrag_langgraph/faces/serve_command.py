@@ -99,18 +99,8 @@ def register(app: Any) -> None:
 
         from ..core.config import TCRAGConfig
         from .auth import UserDirectory
-        from .run_options import (
-            FACE_DEFAULTS,
-            api_key_from_env,
-            build_for_face,
-            check_method,
-            check_sigma,
-            make_generator,
-            make_scorer,
-            make_tools,
-            quiet_library_progress,
-            scripted_run,
-        )
+        from .run_options import (FACE_DEFAULTS, api_key_from_env, build_for_face, check_method, check_sigma,
+                                  make_generator, make_scorer, make_tools, quiet_library_progress, scripted_run)
         from .serve import LOOPBACK_HOSTS, check_exposure, create_app, is_loopback
 
         quiet_library_progress()

@@ -1,8 +1,10 @@
-"""The other systems of the source papers, built on TC-RAG's parts (chat model, state monitor's
-log-prob scorer, the tools and their layer, MiniLM embeddings, live events), one module each.
+"""Every method of the package, one module or package each, built on the shared core
+(:mod:`tcrag_langgraph.core`): TC-RAG's stack machine (:mod:`.tcrag`), the paper's baselines and the
+source papers' other systems (CRP-RAG, KAG-Thinker, TCM-DiffRAG).
 
-Each module exposes a ``build_<method>_graph(*, model, tools, scorer, config, ...)`` that returns a
+Each method is one node holder, a :class:`~tcrag_langgraph.core.kernel.RunKernel` subclass that
+declares its state, options and nodes; its ``build(*, model, tools, scorer, config, ...)`` returns a
 compiled LangGraph graph (a drop-in node: ``invoke({"question": ...})``, live ``tcrag`` events,
-checkpointable), and is registered in :data:`tcrag_langgraph.methods.registry.METHODS` for
-``tcrag eval --method``.
+checkpointable). :data:`tcrag_langgraph.methods.registry.METHODS` lists them, one row each, for the
+faces, ``tcrag eval --method`` and Studio (docs/methods.md: adding a method).
 """

@@ -71,7 +71,7 @@ from langchain_core.tools import BaseTool
 
 from ..core.config import TCRAGConfig
 
-__all__ = ["MethodSpec", "METHODS", "METHOD_NAMES", "DEFAULT_METHOD", "STUDIO_METHODS", "studio_methods", "build_method", "build_methods",
+__all__ = ["MethodSpec", "METHODS", "build_agent", "METHOD_NAMES", "DEFAULT_METHOD", "STUDIO_METHODS", "studio_methods", "build_method", "build_methods",
            "check_method_options", "method_builder", "method_kernel", "tcrag_config_for", "langgraph_config"]
 
 _TCRAG = "tcrag_langgraph.methods.tcrag.graph:TCRAG"
@@ -300,6 +300,36 @@ def build_method(
         own = {"max_passages": 5000, **own}
     return method_builder(name)(model=model, tools=list(tools) if spec.uses_tools else [], scorer=scorer, config=base,
                                 options=own or None, **kwargs)
+
+
+def build_agent(
+    method: str = DEFAULT_METHOD,
+    *,
+    model: BaseChatModel | str | None = None,
+    tools: Sequence[BaseTool] = (),
+    scorer: Any = None,
+    config: Optional[TCRAGConfig] = None,
+    options: Optional[Mapping[str, Any]] = None,
+    **build_options: Any,
+):
+    """An agent: the compiled LangGraph graph of ``method`` (TC-RAG unless named; any name of
+    :data:`METHODS`), invoked with ``{"question": ...}`` or ``{"messages": [...]}``.
+
+    ``model``: a LangChain chat model, a ``.gguf`` file or model folder, a ``"provider:model"`` name
+    (with ``model_kwargs={"base_url": ...}`` for a server), or None for the packaged demonstration
+    model. ``tools``: LangChain tools (``tcrag_langgraph.tools``). ``scorer``: the state monitor's scorer
+    (None: the generator's own weights where the method reads log-probs). ``config``: the shared
+    :class:`TCRAGConfig`; ``options``: the method's own options. The rest (``checkpointer``, ``store``,
+    ``name``, ``trust_client_identity``, ``model_kwargs``, ``sigmas``, ``documents``) as for
+    :func:`build_method`, which this is with TC-RAG as the default method.
+
+    Example:
+        >>> from langchain_core.language_models.fake_chat_models import FakeListChatModel
+        >>> agent = build_agent("sr-rag", model=FakeListChatModel(responses=["Metformin."]))
+        >>> agent.invoke({"question": "First-line drug for type 2 diabetes?"})["answer"]
+        'Metformin.'
+    """
+    return build_method(method, model=model, tools=tools, scorer=scorer, config=config, options=options, **build_options)
 
 
 def _check_takes_options(name: str) -> None:
