@@ -5,7 +5,7 @@ Prefix reuse (:mod:`.llama_cpp`) keeps the longest common token prefix of the la
 next one; everything after it is cut. Two patterns of an agent run throw away work that comes back:
 
 * **a pop, then the same push**: Backtrack drops a tool observation and the model calls the same
-  tool again, or a re-prompt appends a turn that the next step drops. In the README's main job (the
+  tool again, or a re-prompt appends a turn that the next step drops. In the main job, `make ask` (the
   packaged SmolLM2, one thread) two such steps re-prefilled ~440 tokens each, 3.6 s apiece.
   :class:`BranchStash` keeps the last sequences that were cut back (their key/value bytes, from
   ``llama_state_seq_get_data``) and restores the one sharing the longest prefix with a new prompt.
