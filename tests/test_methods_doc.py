@@ -42,9 +42,9 @@ def second_look_module(tmp_path, monkeypatch):
     """The example's module saved as ``second_look.py`` and its registry row added, as the doc says."""
     (tmp_path / "second_look.py").write_text(runnable_blocks()[0], encoding="utf-8")
     monkeypatch.syspath_prepend(str(tmp_path))
-    row_block = next(b for b in python_blocks() if b.startswith("_row("))
-    spec = eval(row_block.strip().rstrip(","), {"_row": registry._row,  # the row exactly as the doc writes it
-                                                "_M": ""})
+    row_block = next(b for b in python_blocks() if b.startswith("MethodSpec("))
+    # the row exactly as the doc writes it (the module lies on sys.path here, not in the package)
+    spec = eval(row_block.strip().rstrip(","), {"MethodSpec": registry.MethodSpec, "_M": ""})
     assert spec.kernel == "second_look:SecondLook"
     monkeypatch.setitem(registry.METHODS, spec.name, spec)
     yield spec

@@ -168,6 +168,9 @@ class RunKernel:
                                name=cls.default_name if name is None else name,
                                trust_client_identity=trust_client_identity, options_type=cls.options_type,
                                method=cls.method, model_kwargs=model_kwargs)
+        unknown = sorted(set(extra) - set(cls.build_inputs()))
+        if unknown:
+            raise TypeError(f"{cls.method} got unexpected keyword arguments: {', '.join(unknown)}")
         holder = cls.prepare(args, **extra)
         graph = StateGraph(cls.state_schema, context_schema=cls.context_schema)
         for node_name, attribute in cls.nodes.items():
@@ -180,7 +183,7 @@ class RunKernel:
         inputs of its own :meth:`prepare` (what ``help()``, IDEs and the builder tests read)."""
         super().__init_subclass__(**kwargs)
         common = RunKernel.__dict__["build"].__func__
-        own = [p for p in inspect.signature(cls.prepare).parameters.values() if p.kind is p.KEYWORD_ONLY]
+        own = list(cls.build_inputs().values())
 
         def build(klass: type, **options: Any) -> Any:
             return common(klass, **options)
@@ -192,11 +195,14 @@ class RunKernel:
         cls.build = classmethod(build)  # type: ignore[method-assign]
 
     @classmethod
-    def prepare(cls, args: BuildArguments, **extra: Any) -> "RunKernel":
-        """The node holder for checked build arguments. A method with build-time inputs of its own
-        (``extra``) or more to set up overrides this; unknown keywords are a TypeError."""
-        if extra:
-            raise TypeError(f"{cls.method} got unexpected keyword arguments: {', '.join(sorted(extra))}")
+    def build_inputs(cls) -> dict[str, inspect.Parameter]:
+        """This method's own build-time inputs: the keyword-only parameters of its :meth:`prepare`."""
+        return {name: p for name, p in inspect.signature(cls.prepare).parameters.items() if p.kind is p.KEYWORD_ONLY}
+
+    @classmethod
+    def prepare(cls, args: BuildArguments) -> "RunKernel":
+        """The node holder for checked build arguments. A method with more to set up overrides this;
+        its keyword-only parameters are its build-time inputs (keywords of its ``build``)."""
         return cls(args.model, args.tools if cls.calls_tools else [], cls.scorer_for(args), args.config, args.options,
                    trust_client_identity=args.trust_client_identity)
 

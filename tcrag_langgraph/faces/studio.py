@@ -134,7 +134,8 @@ def register(app: Any) -> None:
         check: bool = typer.Option(False, "--check", help="Change nothing; exit 1 when the file differs from the registry."),
     ) -> None:
         """Write langgraph.json from the method registry: one graph per method Studio serves."""
-        text = json.dumps(langgraph_config(), indent=2, ensure_ascii=False) + "\n"
+        config = langgraph_config()
+        text = json.dumps(config, indent=2, ensure_ascii=False) + "\n"
         if check:
             current = path.read_text(encoding="utf-8") if path.exists() else ""
             if current != text:
@@ -143,4 +144,4 @@ def register(app: Any) -> None:
             typer.echo(f"{path} matches the method registry")
             return
         path.write_text(text, encoding="utf-8")
-        typer.echo(f"wrote {path} ({len(langgraph_config()['graphs'])} graphs)")
+        typer.echo(f"wrote {path} ({len(config['graphs'])} graphs)")

@@ -71,8 +71,9 @@ from langchain_core.tools import BaseTool
 
 from ..core.config import TCRAGConfig
 
-__all__ = ["MethodSpec", "METHODS", "build_agent", "METHOD_NAMES", "DEFAULT_METHOD", "STUDIO_METHODS", "studio_methods", "build_method", "build_methods",
-           "check_method_options", "method_builder", "method_kernel", "tcrag_config_for", "langgraph_config"]
+__all__ = ["MethodSpec", "METHODS", "METHOD_NAMES", "DEFAULT_METHOD", "STUDIO_METHODS", "build_agent", "build_method",
+           "build_methods", "check_method_options", "method_builder", "method_kernel", "studio_methods",
+           "tcrag_config_for", "langgraph_config"]
 
 _TCRAG = "tcrag_langgraph.methods.tcrag.graph:TCRAG"
 
@@ -124,62 +125,69 @@ class MethodSpec:
         return self.holder.calls_tools
 
 
-def _row(name: str, label: str, group: str, kernel: str, overrides: Optional[Mapping[str, Any]] = None,
-         **flags: Any) -> MethodSpec:
-    return MethodSpec(name, label, group, kernel, dict(overrides or {}), **flags)
-
-
-#: what Studio shows for each graph it serves
-_STUDIO = {
-    "tcrag": "TC-RAG (Turing-Complete RAG): an agent whose memory is a stack (User_Query, Thought, Plan, Tool_Use, Summary, Backtrack, Conclusion frames) and which halts only when the state value from a local LM (conditional perplexity or uncertainty) falls below sigma. State shows stack, trace, state_value, state_history, sigma and metric. Runtime options (sigma, metric, max_steps, ...) go in the run's context (default budgets: those of tcrag ask, 6 steps and 64 new tokens); who the run acts for (EMR access) comes only from the authenticated user (bearer token or X-API-Key checked against the users file in TCRAG_AUTH_USERS), never from context or configurable. Set TCRAG_STUDIO_SCRIPTED=script.json to replay a scripted model instead of the packaged SmolLM2 (testing/demo only).",
-    "crp-rag": "CRP-RAG (reasoning graph, knowledge-sufficiency check, abstention) on the same model, tools and authentication as tcrag; bounded budgets of tcrag ask by default, runtime options in the run's context.",
-    "kag-thinker": "KAG-Thinker (logical-form plans with Retrieval/Math/Deduce steps and a knowledge-boundary check) on the same model, tools and authentication as tcrag.",
-    "diffrag": "TCM-DiffRAG (heading-aware chunks and source-linked triples) on the same model and authentication as tcrag.",
-    "base": "Baseline: one model call, no retrieval.",
-    "cot": "Baseline: one model call reasoning step by step.",
-    "sr-rag": "Baseline: every tool once with the question, then one model call.",
-    "react": "Baseline: the TC-RAG stack machine without Backtrack, Summary and the state monitor (ReAct).",
-    "fl-rag": "Baseline (paper Table 1): FL-RAG, retrieve before every n generated tokens, on the same model, tools and authentication as tcrag.",
-    "fs-rag": "Baseline (paper Table 1): FS-RAG, retrieve before every sentence.",
-    "flare": "Baseline (paper Table 1): FLARE, retrieve with the upcoming sentence when one of its tokens is improbable (the generator's own log-probs).",
-    "dragin": "Baseline (paper Table 1): DRAGIN, retrieve when a content token's entropy is high (entropy only: llama.cpp exposes no attention).",
-    "self-rag": "Baseline (paper Table 1): Self-RAG with prompted reflection (Retrieve?, IsRel, IsSup, IsUse asked of the same model; no trained critic)."
-}
-
-
 _M = "tcrag_langgraph.methods."
 METHODS: dict[str, MethodSpec] = {
     spec.name: spec
     for spec in (
-        _row("base", "Base", "Without RAG", _M + "baselines:Base", studio=_STUDIO["base"]),
-        _row("cot", "CoT", "Without RAG", _M + "baselines:CoT", studio=_STUDIO["cot"]),
-        _row("sr-rag", "SR-RAG", "Naive RAG", _M + "baselines:SRRAG", studio=_STUDIO["sr-rag"]),
-        _row("react", "ReAct", "Adaptive RAG", _TCRAG,
-             {"enable_backtrack": False, "enable_summary": False, "enable_state_monitor": False}, studio=_STUDIO["react"]),
-        _row("tcrag-cppl", "TC-RAG-cppl", "Ours", _TCRAG, {"metric": "cppl"}, uses_scorer=True),
-        _row("tcrag-uct", "TC-RAG-uct", "Ours", _TCRAG, {"metric": "uct"}, uses_scorer=True),
-        _row("wo-backtrack", "w/o Backtrack", "Ablations", _TCRAG, {"enable_backtrack": False}, uses_scorer=True),
-        _row("wo-summary", "w/o Summary", "Ablations", _TCRAG, {"enable_summary": False}, uses_scorer=True),
-        _row("wo-monitor", "w/o State Monitor", "Ablations", _TCRAG, {"enable_state_monitor": False}),
+        MethodSpec("base", "Base", "Without RAG", _M + "baselines:Base",
+                   studio="Baseline: one model call, no retrieval."),
+        MethodSpec("cot", "CoT", "Without RAG", _M + "baselines:CoT",
+                   studio="Baseline: one model call reasoning step by step."),
+        MethodSpec("sr-rag", "SR-RAG", "Naive RAG", _M + "baselines:SRRAG",
+                   studio="Baseline: every tool once with the question, then one model call."),
+        MethodSpec("react", "ReAct", "Adaptive RAG", _TCRAG,
+                   {"enable_backtrack": False, "enable_summary": False, "enable_state_monitor": False},
+                   studio="Baseline: the TC-RAG stack machine without Backtrack, Summary and the state monitor (ReAct)."),
+        MethodSpec("tcrag-cppl", "TC-RAG-cppl", "Ours", _TCRAG, {"metric": "cppl"}, uses_scorer=True),
+        MethodSpec("tcrag-uct", "TC-RAG-uct", "Ours", _TCRAG, {"metric": "uct"}, uses_scorer=True),
+        MethodSpec("wo-backtrack", "w/o Backtrack", "Ablations", _TCRAG, {"enable_backtrack": False}, uses_scorer=True),
+        MethodSpec("wo-summary", "w/o Summary", "Ablations", _TCRAG, {"enable_summary": False}, uses_scorer=True),
+        MethodSpec("wo-monitor", "w/o State Monitor", "Ablations", _TCRAG, {"enable_state_monitor": False}),
         # beyond the paper (monitor/state_values.py): the same machine, other state values
-        _row("tcrag-cppl-ev", "TC-RAG-cppl+evidence", "Ours", _TCRAG, {"metric": "cppl_evidence"}, uses_scorer=True),
-        _row("tcrag-uct-ev", "TC-RAG-uct+evidence", "Ours", _TCRAG, {"metric": "uct_evidence"}, uses_scorer=True),
-        _row("tcrag-answer", "TC-RAG-answer-prob", "Ours", _TCRAG, {"metric": "answer_prob"}, uses_scorer=True),
-        _row("tcrag-auto", "TC-RAG-auto", "Ours", _TCRAG, {"sigma": "auto"}, uses_scorer=True),
-        _row("crp-rag", "CRP-RAG", "Papers", _M + "crp_rag.graph:CRPRAG", uses_scorer=True, studio=_STUDIO["crp-rag"]),
-        _row("diffrag", "TCM-DiffRAG", "Papers", _M + "diffrag.graph:DiffRAG", indexes_documents=True,
-             studio=_STUDIO["diffrag"]),
-        _row("kag-thinker", "KAG-Thinker", "Papers", _M + "kag_thinker.graph:KAGThinker", uses_scorer=True,
-             studio=_STUDIO["kag-thinker"]),
+        MethodSpec("tcrag-cppl-ev", "TC-RAG-cppl+evidence", "Ours", _TCRAG, {"metric": "cppl_evidence"},
+                   uses_scorer=True),
+        MethodSpec("tcrag-uct-ev", "TC-RAG-uct+evidence", "Ours", _TCRAG, {"metric": "uct_evidence"},
+                   uses_scorer=True),
+        MethodSpec("tcrag-answer", "TC-RAG-answer-prob", "Ours", _TCRAG, {"metric": "answer_prob"}, uses_scorer=True),
+        MethodSpec("tcrag-auto", "TC-RAG-auto", "Ours", _TCRAG, {"sigma": "auto"}, uses_scorer=True),
+        MethodSpec("crp-rag", "CRP-RAG", "Papers", _M + "crp_rag.graph:CRPRAG", uses_scorer=True,
+                   studio="CRP-RAG (reasoning graph, knowledge-sufficiency check, abstention) on the same model, "
+                          "tools and authentication as tcrag; bounded budgets of tcrag ask by default, runtime "
+                          "options in the run's context."),
+        MethodSpec("diffrag", "TCM-DiffRAG", "Papers", _M + "diffrag.graph:DiffRAG", indexes_documents=True,
+                   studio="TCM-DiffRAG (heading-aware chunks and source-linked triples) on the same model and "
+                          "authentication as tcrag."),
+        MethodSpec("kag-thinker", "KAG-Thinker", "Papers", _M + "kag_thinker.graph:KAGThinker", uses_scorer=True,
+                   studio="KAG-Thinker (logical-form plans with Retrieval/Math/Deduce steps and a knowledge-boundary "
+                          "check) on the same model, tools and authentication as tcrag."),
         # the paper's other Table 1 baselines, after its own rows and the other papers' methods
-        _row("fl-rag", "FL-RAG", "Naive RAG", _M + "fl_rag:FLRAG", studio=_STUDIO["fl-rag"]),
-        _row("fs-rag", "FS-RAG", "Naive RAG", _M + "fs_rag:FSRAG", studio=_STUDIO["fs-rag"]),
-        _row("self-rag", "Self-RAG", "Adaptive RAG", _M + "self_rag:SelfRAG", studio=_STUDIO["self-rag"]),
-        _row("flare", "FLARE", "Adaptive RAG", _M + "flare:FLARE", uses_scorer=True, studio=_STUDIO["flare"]),
-        _row("dragin", "DRAGIN", "Adaptive RAG", _M + "dragin:DRAGIN", uses_scorer=True, studio=_STUDIO["dragin"]),
+        MethodSpec("fl-rag", "FL-RAG", "Naive RAG", _M + "fl_rag:FLRAG",
+                   studio="Baseline (paper Table 1): FL-RAG, retrieve before every n generated tokens, on the same "
+                          "model, tools and authentication as tcrag."),
+        MethodSpec("fs-rag", "FS-RAG", "Naive RAG", _M + "fs_rag:FSRAG",
+                   studio="Baseline (paper Table 1): FS-RAG, retrieve before every sentence."),
+        MethodSpec("self-rag", "Self-RAG", "Adaptive RAG", _M + "self_rag:SelfRAG",
+                   studio="Baseline (paper Table 1): Self-RAG with prompted reflection (Retrieve?, IsRel, IsSup, "
+                          "IsUse asked of the same model; no trained critic)."),
+        MethodSpec("flare", "FLARE", "Adaptive RAG", _M + "flare:FLARE", uses_scorer=True,
+                   studio="Baseline (paper Table 1): FLARE, retrieve with the upcoming sentence when one of its "
+                          "tokens is improbable (the generator's own log-probs)."),
+        MethodSpec("dragin", "DRAGIN", "Adaptive RAG", _M + "dragin:DRAGIN", uses_scorer=True,
+                   studio="Baseline (paper Table 1): DRAGIN, retrieve when a content token's entropy is high "
+                          "(entropy only: llama.cpp exposes no attention)."),
         # what the faces serve unless told otherwise: TC-RAG with the configuration exactly as given (its
         # metric, switches and sigma); not a row of the evaluation tables, which name the metric
-        _row("tcrag", "TC-RAG", "Ours", _TCRAG, uses_scorer=True, studio=_STUDIO["tcrag"], in_tables=False),
+        MethodSpec("tcrag", "TC-RAG", "Ours", _TCRAG, uses_scorer=True, in_tables=False,
+                   studio="TC-RAG (Turing-Complete RAG): an agent whose memory is a stack (User_Query, Thought, "
+                          "Plan, Tool_Use, Summary, Backtrack, Conclusion frames) and which halts only when the "
+                          "state value from a local LM (conditional perplexity or uncertainty) falls below sigma. "
+                          "State shows stack, trace, state_value, state_history, sigma and metric. Runtime options "
+                          "(sigma, metric, max_steps, ...) go in the run's context (default budgets: those of tcrag "
+                          "ask, 6 steps and 64 new tokens); who the run acts for (EMR access) comes only from the "
+                          "authenticated user (bearer token or X-API-Key checked against the users file in "
+                          "TCRAG_AUTH_USERS), never from context or configurable. Set "
+                          "TCRAG_STUDIO_SCRIPTED=script.json to replay a scripted model instead of the packaged "
+                          "SmolLM2 (testing/demo only)."),
     )
 }
 #: the methods of the evaluation tables (``tcrag eval --method all``)
@@ -302,26 +310,14 @@ def build_method(
                                 options=own or None, **kwargs)
 
 
-def build_agent(
-    method: str = DEFAULT_METHOD,
-    *,
-    model: BaseChatModel | str | None = None,
-    tools: Sequence[BaseTool] = (),
-    scorer: Any = None,
-    config: Optional[TCRAGConfig] = None,
-    options: Optional[Mapping[str, Any]] = None,
-    **build_options: Any,
-):
+def build_agent(method: str = DEFAULT_METHOD, **options: Any):
     """An agent: the compiled LangGraph graph of ``method`` (TC-RAG unless named; any name of
-    :data:`METHODS`), invoked with ``{"question": ...}`` or ``{"messages": [...]}``.
-
-    ``model``: a LangChain chat model, a ``.gguf`` file or model folder, a ``"provider:model"`` name
-    (with ``model_kwargs={"base_url": ...}`` for a server), or None for the packaged demonstration
-    model. ``tools``: LangChain tools (``tcrag_langgraph.tools``). ``scorer``: the state monitor's scorer
-    (None: the generator's own weights where the method reads log-probs). ``config``: the shared
-    :class:`TCRAGConfig`; ``options``: the method's own options. The rest (``checkpointer``, ``store``,
-    ``name``, ``trust_client_identity``, ``model_kwargs``, ``sigmas``, ``documents``) as for
-    :func:`build_method`, which this is with TC-RAG as the default method.
+    :data:`METHODS`), invoked with ``{"question": ...}`` or ``{"messages": [...]}``. The keywords are
+    :func:`build_method`'s: ``model`` (a LangChain chat model, a ``.gguf`` file or model folder, a
+    ``"provider:model"`` name with ``model_kwargs={"base_url": ...}``, or None for the packaged
+    demonstration model), ``tools``, ``scorer``, ``config`` (:class:`TCRAGConfig`), ``options`` (the
+    method's own), ``checkpointer``, ``store``, ``name``, ``trust_client_identity``, ``sigmas``,
+    ``documents``.
 
     Example:
         >>> from langchain_core.language_models.fake_chat_models import FakeListChatModel
@@ -329,7 +325,7 @@ def build_agent(
         >>> agent.invoke({"question": "First-line drug for type 2 diabetes?"})["answer"]
         'Metformin.'
     """
-    return build_method(method, model=model, tools=tools, scorer=scorer, config=config, options=options, **build_options)
+    return build_method(method, **options)
 
 
 def _check_takes_options(name: str) -> None:

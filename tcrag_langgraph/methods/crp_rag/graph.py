@@ -22,7 +22,6 @@ from .state import CRPState
 
 __all__ = ["NODE_NAMES", "CRPRAG"]
 
-NODE_NAMES = ("Start", "Expand", "Retrieve", "Evaluate", "Select", "Answer")
 
 
 class CRPRAG(RunKernel):
@@ -103,3 +102,7 @@ class CRPRAG(RunKernel):
         """Halt (the kernel's) with this node's counters and events."""
         update = {**(extra or {}), **counters, "trace": [*state.get("trace", []), *events]}
         return self.halt(state, config, reason=reason, answer=answer, validated=validated, error=error, extra=update)
+
+
+#: the graph's nodes, entry first
+NODE_NAMES: tuple[str, ...] = tuple(CRPRAG.nodes)

@@ -9,9 +9,7 @@ from __future__ import annotations
 import json
 import re
 
-# Literal is not used here but must be in this namespace: ``guarded`` hands LangGraph a wrapper with
-# the node's own annotations, which it resolves here (each Command[Literal[...]] names a node's edges).
-from typing import Any, Callable, Literal, Mapping, Optional, Sequence  # noqa: F401
+from typing import Any, Callable, Mapping, Optional
 
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage
 from langchain_core.runnables import RunnableConfig
@@ -31,7 +29,6 @@ from .state import KAGThinkerState
 
 __all__ = ["NODE_NAMES", "KAGThinker"]
 
-NODE_NAMES = ("Start", "Decompose", "Retrieval", "Depth_Solve", "Math", "Deduce", "Output")
 
 
 class KAGThinker(RunKernel):
@@ -80,9 +77,7 @@ class KAGThinker(RunKernel):
     retrieve = retrieval_steps.retrieve
 
     @classmethod
-    def prepare(cls, args: BuildArguments, **extra: Any) -> "KAGThinker":
-        if extra:
-            raise TypeError(f"KAG-Thinker got unexpected keyword arguments: {', '.join(sorted(extra))}")
+    def prepare(cls, args: BuildArguments) -> "KAGThinker":
         opts = args.options
         unknown = [n for n in (opts.retrieval_tools or ()) if n not in {t.name for t in args.tools}]
         if unknown:
@@ -196,3 +191,7 @@ class KAGThinker(RunKernel):
         cursor = state["cursor"] + 1
         work["cursor"] = cursor
         return Command(goto=self.route(state["forms"], cursor), update=work)
+
+
+#: the graph's nodes, entry first
+NODE_NAMES: tuple[str, ...] = tuple(KAGThinker.nodes)

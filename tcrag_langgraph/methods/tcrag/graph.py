@@ -76,16 +76,13 @@ class TCRAG(RunKernel):
     default_name = "tcrag"
     state_schema = TCRAGState
     context_schema = TCRAGConfig
-    nodes = {name: name.lower() for name in ("Start", "Generate", "Thought", "Plan", "Tool_Use", "Summary",
-                                             "Backtrack", "Conclusion", "Human_Review")}
+    nodes = {name: name.lower() for name in NODE_NAMES}
 
     @classmethod
-    def prepare(cls, args: BuildArguments, **extra: Any) -> "TCRAG":
+    def prepare(cls, args: BuildArguments) -> "TCRAG":
         """``sigma="auto"`` resolved once, from the generator's stored calibration (a missing one fails
         here, not mid-run); the monitor scores with the generator's own weights unless a scorer is given,
         never silently with another model."""
-        if extra:
-            raise TypeError(f"TC-RAG got unexpected keyword arguments: {', '.join(sorted(extra))}")
         cfg = args.config
         if cfg.sigma == "auto":
             metric, sigma = resolve_monitor(cfg, chat_model_id(args.model))
