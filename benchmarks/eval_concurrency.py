@@ -53,7 +53,7 @@ def _free_port() -> int:
 
 def _graphs(url: str, args):
     from tcrag_langgraph.core.config import TCRAGConfig
-    from tcrag_langgraph.eval.cli import resolve_model, resolve_scorer, resolve_tools
+    from tcrag_langgraph.eval.components import resolve_model, resolve_scorer, resolve_tools
     from tcrag_langgraph.methods.registry import build_methods
 
     chat = resolve_model("openai:smollm2", max_new_tokens=args.max_new_tokens, temperature=0.0,

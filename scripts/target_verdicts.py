@@ -18,7 +18,8 @@ from typing import Any, Mapping, Optional
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from tcrag_langgraph.eval.runner import merge_runs, summarize, table_rows  # noqa: E402
+from tcrag_langgraph.eval.runner import merge_runs  # noqa: E402
+from tcrag_langgraph.eval.summary import summarize, table_rows
 from tcrag_langgraph.eval.significance import MAJORITY, mcnemar  # noqa: E402
 
 

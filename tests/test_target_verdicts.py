@@ -5,7 +5,7 @@ from __future__ import annotations
 import importlib.util
 from pathlib import Path
 
-from tcrag_langgraph.eval.runner import summarize, table_rows
+from tcrag_langgraph.eval.summary import summarize, table_rows
 
 _spec = importlib.util.spec_from_file_location(
     "target_verdicts", Path(__file__).resolve().parent.parent / "scripts" / "target_verdicts.py")

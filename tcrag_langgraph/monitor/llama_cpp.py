@@ -13,7 +13,8 @@ from typing import Any, Callable, Optional
 from ..models.gguf_files import f16_copy
 from ..models.llama_cpp import LlamaCppChatModel, LlamaCppModel, load_llama_model
 from ..models.llama_cpp_native import decode_at, import_llama_cpp, log_softmax_at, logits_row, quiet_native
-from .scoring import LocalLMScorer, TokenStat, scored_sequence, token_logprobs_to_metric
+from .scoring import LocalLMScorer, TokenStat, scored_sequence
+from .state_values import LogprobScorer
 
 __all__ = ["LlamaCppScorer", "PRECISIONS"]
 
@@ -31,7 +32,7 @@ class _ScoreState:
     source: str = ""
 
 
-class LlamaCppScorer:
+class LlamaCppScorer(LogprobScorer):
     """cppl / uct from llama.cpp's own logits over a GGUF: the scorer interface of
     :class:`~tcrag_langgraph.monitor.scoring.LocalLMScorer` (``score``, ``token_logprobs``, ``token_stats``).
 
@@ -103,12 +104,6 @@ class LlamaCppScorer:
         self._delegate = LocalLMScorer(model_loader=lambda: chat.fallback.local_model,
                                        uct_given_query=self.uct_given_query, max_tokens=self.max_tokens)
         return self._delegate
-
-    def score(self, query: str, text: str, *, metric: str) -> float:
-        if metric not in ("cppl", "uct"):
-            raise ValueError(f"unknown metric {metric!r}; use 'cppl' or 'uct'")
-        context = query if (metric == "cppl" or self.uct_given_query) else ""
-        return token_logprobs_to_metric(self.token_logprobs(context, text), metric)  # type: ignore[arg-type]
 
     def _start_ids(self) -> list[int]:
         lm = self.local_model

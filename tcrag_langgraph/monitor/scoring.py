@@ -35,7 +35,7 @@ from typing import Any, Callable, Literal, NamedTuple, Optional, Protocol, runti
 
 from ..models.kv_cache import PrefixStateCache, cache_keyword, crop_cache
 from ..models.local import LocalModel, load_local_model
-from .state_values import token_logprobs_to_metric
+from .state_values import LogprobScorer, token_logprobs_to_metric
 
 __all__ = [
     "StateScorer",
@@ -89,7 +89,7 @@ class StateScorer(Protocol):
     def score(self, query: str, text: str, *, metric: Metric) -> float: ...
 
 
-class LocalLMScorer:
+class LocalLMScorer(LogprobScorer):
     """cppl / uct from a local transformers causal LM (default: the packaged SmolLM2).
 
     Args:
@@ -146,12 +146,6 @@ class LocalLMScorer:
                     else:
                         self._lm = load_local_model(self._model_path, device=self._device, dtype=self._dtype)
         return self._lm
-
-    def score(self, query: str, text: str, *, metric: Metric) -> float:
-        if metric not in ("cppl", "uct"):
-            raise ValueError(f"unknown metric {metric!r}; use 'cppl' or 'uct'")
-        context = query if (metric == "cppl" or self.uct_given_query) else ""
-        return token_logprobs_to_metric(self.token_logprobs(context, text), metric)
 
     def token_logprobs(self, context: str, text: str) -> list[float]:
         """log P of each token of ``text`` given ``context`` and the text before it (one pass)."""

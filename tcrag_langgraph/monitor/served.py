@@ -39,7 +39,7 @@ from typing import Any, Optional
 
 import httpx
 
-from .scoring import Metric, token_logprobs_to_metric
+from .state_values import LogprobScorer
 
 __all__ = ["CompletionsLogprobScorer", "RemoteScorerError"]
 
@@ -48,7 +48,7 @@ class RemoteScorerError(RuntimeError):
     """The completions endpoint could not give the log-probs a state value needs (with why)."""
 
 
-class CompletionsLogprobScorer:
+class CompletionsLogprobScorer(LogprobScorer):
     """cppl / uct from an OpenAI-compatible completions endpoint that echoes prompt log-probs.
 
     Args:
@@ -102,12 +102,6 @@ class CompletionsLogprobScorer:
             if self._client is not None:
                 self._client.close()
                 self._client = None
-
-    def score(self, query: str, text: str, *, metric: Metric) -> float:
-        if metric not in ("cppl", "uct"):
-            raise ValueError(f"unknown metric {metric!r}; use 'cppl' or 'uct'")
-        context = query if (metric == "cppl" or self.uct_given_query) else ""
-        return token_logprobs_to_metric(self.token_logprobs(context, text), metric)
 
     def token_logprobs(self, context: str, text: str) -> list[float]:
         """log P of each token of ``text`` given ``start_text + context + "\\n"`` (or ``start_text``

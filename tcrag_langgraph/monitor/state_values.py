@@ -33,7 +33,7 @@ import math
 from typing import Callable, Mapping, Optional, Sequence
 
 __all__ = ["STATE_VALUES", "PAPER_VALUES", "DEFAULT_SIGMA", "base_metric", "uses_evidence", "choice_value",
-           "evidence_context", "measure", "token_logprobs_to_metric", "scorer_score"]
+           "evidence_context", "measure", "token_logprobs_to_metric", "scorer_score", "LogprobScorer"]
 
 #: every selectable state value
 STATE_VALUES = ("cppl", "uct", "cppl_evidence", "uct_evidence", "answer_prob")
@@ -60,6 +60,25 @@ def base_metric(metric: str) -> Optional[str]:
     if metric not in STATE_VALUES:
         raise ValueError(f"unknown state value {metric!r}; choose from {', '.join(STATE_VALUES)}")
     return None if metric == "answer_prob" else metric.split("_")[0]
+
+
+class LogprobScorer:
+    """Base of the scorers that read cppl and uct off the token log-probs of one pass (the transformers,
+    llama.cpp and completions-server scorers): a subclass gives :meth:`token_logprobs`; the rule that
+    picks the context (the User_Query for cppl, none for uct unless ``uct_given_query``) lives here."""
+
+    #: condition uct on the User_Query too (the paper does not)
+    uct_given_query: bool = False
+
+    def token_logprobs(self, context: str, text: str) -> list[float]:
+        """log P of each token of ``text`` given ``context``."""
+        raise NotImplementedError
+
+    def score(self, query: str, text: str, *, metric: str) -> float:
+        if metric not in ("cppl", "uct"):
+            raise ValueError(f"unknown metric {metric!r}; use 'cppl' or 'uct'")
+        context = query if (metric == "cppl" or self.uct_given_query) else ""
+        return token_logprobs_to_metric(self.token_logprobs(context, text), metric)
 
 
 def uses_evidence(metric: str) -> bool:

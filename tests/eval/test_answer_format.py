@@ -13,13 +13,8 @@ from langchain_core.tools import tool
 from tcrag_langgraph import TCRAGConfig
 from tcrag_langgraph.core.state import TraceEvent
 from tcrag_langgraph.eval.datasets import QARecord, answer_format_for
-from tcrag_langgraph.eval.runner import (
-    repeated_executed_calls,
-    run_evaluation,
-    score_answer,
-    summarize,
-    summary_markdown,
-)
+from tcrag_langgraph.eval.runner import repeated_executed_calls, run_evaluation, score_answer
+from tcrag_langgraph.eval.summary import summarize, summary_markdown
 from tcrag_langgraph.methods.registry import build_method, build_methods
 
 from .helpers import TextScorer, make_doc_tool, model

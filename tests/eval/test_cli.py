@@ -128,7 +128,7 @@ def test_calibrate_crp_rag_stores_its_sufficiency_threshold_for_auto(app, data, 
 
 
 def test_eval_model_names_go_through_resolve_chat_model(app, data, tmp_path, monkeypatch):
-    from tcrag_langgraph.eval.cli import resolve_model
+    from tcrag_langgraph.eval.components import resolve_model
     from tcrag_langgraph.models.local import LocalChatModel
 
     # A .gguf path and a folder become LocalChatModel with the run's settings (nothing is loaded yet).

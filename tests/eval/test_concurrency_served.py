@@ -18,7 +18,7 @@ import httpx
 import pytest
 
 from tcrag_langgraph.core.config import TCRAGConfig
-from tcrag_langgraph.eval.cli import resolve_model, resolve_scorer, resolve_tools
+from tcrag_langgraph.eval.components import resolve_model, resolve_scorer, resolve_tools
 from tcrag_langgraph.eval.datasets import load_dataset, sample_records
 from tcrag_langgraph.eval.runner import read_results, run_evaluation
 from tcrag_langgraph.methods.registry import build_methods

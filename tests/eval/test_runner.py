@@ -10,15 +10,8 @@ import pytest
 from tcrag_langgraph import TCRAGConfig
 from tcrag_langgraph.eval.datasets import QARecord
 from tcrag_langgraph.methods.registry import build_methods
-from tcrag_langgraph.eval.runner import (
-    SettingsMismatch,
-    read_results,
-    run_evaluation,
-    score_answer,
-    summarize,
-    summary_markdown,
-    write_summary,
-)
+from tcrag_langgraph.eval.runner import SettingsMismatch, read_results, run_evaluation, score_answer
+from tcrag_langgraph.eval.summary import summarize, summary_markdown, write_summary
 
 from .helpers import TextScorer, make_doc_tool, model
 

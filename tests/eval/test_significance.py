@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from tcrag_langgraph.eval.runner import summarize, summary_markdown, table_rows
+from tcrag_langgraph.eval.summary import summarize, summary_markdown, table_rows
 from tcrag_langgraph.eval.significance import MAJORITY, accuracy_ci, answer_counts, majority_rows, mcnemar
 
 
@@ -82,7 +82,7 @@ def test_the_csv_keeps_the_paired_tests_when_a_reference_method_comes_first(tmp_
     """SR-RAG listed first has no test against itself; the CSV's columns must still hold the others'."""
     import csv
 
-    from tcrag_langgraph.eval.runner import write_summary
+    from tcrag_langgraph.eval.summary import write_summary
 
     sr = ["yes"] * 15 + ["no", "yes", "yes", "yes", "yes"]
     tc = ["yes"] * 10 + ["no"] * 5 + ["no", "yes", "yes", "yes", "yes"]

@@ -9,7 +9,8 @@ import pytest
 from tcrag_langgraph import TCRAGConfig
 from tcrag_langgraph.eval.datasets import QARecord
 from tcrag_langgraph.methods.registry import build_methods
-from tcrag_langgraph.eval.runner import run_evaluation, summarize
+from tcrag_langgraph.eval.runner import run_evaluation
+from tcrag_langgraph.eval.summary import summarize
 
 pytestmark = pytest.mark.slow
 

@@ -515,7 +515,8 @@ def test_answer_format_is_enforced_with_bounded_reprompts():
 
 def test_eval_method_registered_and_abstentions_count_as_wrong_with_coverage():
     from tcrag_langgraph.eval.datasets import QARecord
-    from tcrag_langgraph.eval.runner import run_evaluation, summarize, summary_markdown
+    from tcrag_langgraph.eval.runner import run_evaluation
+    from tcrag_langgraph.eval.summary import summarize, summary_markdown
     from tcrag_langgraph.methods.registry import METHODS, build_method
 
     assert METHODS["crp-rag"].takes_options

@@ -1,0 +1,266 @@
+"""``tcrag calibrate``: run one method over a calibration split, measure how well each state value
+separates right from wrong answers (AUROC with a bootstrap interval) and propose, store and report
+sigma for ``sigma="auto"`` (:mod:`tcrag_langgraph.eval.calibration`).
+
+Example::
+
+    tcrag calibrate --dataset pubmedqa --split trainval --metric cppl --limit 50 --out runs/calib
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import types
+from pathlib import Path
+from typing import Any, Optional
+
+import typer
+from pydantic import ValidationError
+
+from .command_options import (ApiKeyEnvOpt, BaseUrlOpt, ContextOpt, DatasetOpt, MaxNewTokensOpt, MaxStepsOpt, ModelOpt, ProgressOpt,
+                  ScorerModelOpt, ScorerOpt, ScorerStartOpt, SeedOpt, TemperatureOpt, ToolsOpt, _key, _load_records,
+                  _method_options, _served_settings, _split_methods, _state_value_names, console)
+from .components import resolve_model, resolve_scorer, resolve_tools
+
+__all__ = ["register"]
+
+
+def register(app: typer.Typer) -> None:
+    """Add ``calibrate`` to ``app``."""
+
+    @app.command("calibrate")
+    def calibrate_command(
+        dataset: DatasetOpt = ...,
+        split: Optional[str] = typer.Option(None, help="PubMedQA: use trainval (the default here) to keep test clean"),
+        metric: str = typer.Option("cppl", help="state values, comma-separated, or all: cppl, uct (the paper's), "
+                                   "cppl_evidence, uct_evidence, answer_prob (one run of the method, each value "
+                                   "measured on its answers and evidence; files then get a .<metric> suffix)"),
+        calibration_task: Optional[str] = typer.Option(None, help="the task to store it under (default: the "
+                                                       "dataset: pubmedqa, medmcqa, or the JSONL file's name)"),
+        method: str = typer.Option("wo-monitor", help="method producing the answers (its monitor is not used)"),
+        rule: str = typer.Option("youden", help="youden or accuracy"),
+        limit: Optional[int] = typer.Option(None, min=1, help="use this many questions (a sample; default: all)"),
+        seed: SeedOpt = 0,
+        out: Path = typer.Option(..., help="output folder (results.jsonl, calibration.json); reruns resume"),
+        context: ContextOpt = True,
+        model: ModelOpt = "local",
+        tools: ToolsOpt = "none",
+        scorer: ScorerOpt = "local",
+        base_url: BaseUrlOpt = None,
+        api_key_env: ApiKeyEnvOpt = None,
+        scorer_model: ScorerModelOpt = None,
+        scorer_start_text: ScorerStartOpt = "",
+        max_steps: MaxStepsOpt = 12,
+        max_new_tokens: MaxNewTokensOpt = 500,
+        temperature: TemperatureOpt = 0.6,
+        progress: ProgressOpt = True,
+        save: bool = typer.Option(True, "--save/--no-save", help="store the sigma for sigma='auto' (ask/eval/serve/build_graph)"),
+        calibration_file: Optional[Path] = typer.Option(
+            None, help="where to store it (default: $TCRAG_CACHE_DIR/calibration/<model-id>.<task>.<metric>.json)"),
+        model_id: Optional[str] = typer.Option(None, help="the id to store it under (default: the model's own name)"),
+        save_unsupported: bool = typer.Option(False, help="store the sigma even when the value does not separate "
+                                              "correct from wrong answers (AUROC <= 0.5)"),
+        method_options: Optional[str] = typer.Option(None, help="own options of a papers' method as JSON, "
+                                                     "as for tcrag eval"),
+    ) -> None:
+        """State values of correct vs wrong answers on a dev split: AUROC and a proposed sigma, stored
+        for --sigma auto.
+
+        With --method crp-rag the value is CRP-RAG's path score (the perplexity that decides
+        knowledge sufficiency), measured in a run that never abstains, and what is stored is its
+        sufficiency threshold for "auto"."""
+        from rich.progress import track
+
+        from ..core import answer_format
+        from ..core.config import TCRAGConfig
+        from ..methods.registry import build_methods
+        from ..models.local import chat_model_id
+        from ..monitor.calibration import Calibration, save_calibration
+        from ..monitor.state_values import measure, scorer_score
+        from .calibration import auroc_interval, calibrate
+        from .datasets import answer_format_for, format_question, sample_records, task_name
+        from .runner import SettingsMismatch, run_evaluation
+
+        metrics = _state_value_names(metric)
+        if calibration_file is not None and len(metrics) > 1:
+            raise typer.BadParameter("--calibration-file takes one metric", param_hint="--calibration-file")
+        if rule not in ("youden", "accuracy"):
+            raise typer.BadParameter("--rule must be youden or accuracy")
+        names = _split_methods([method])
+        if len(names) != 1:
+            raise typer.BadParameter("calibrate takes one method")
+        own_options = _method_options(method_options, names)
+        # CRP-RAG: calibrate its sufficiency threshold on the path scores of a run that answers every
+        # question (a threshold no score reaches), the same decision sigma makes for TC-RAG.
+        sufficiency = names[0] == "crp-rag"
+        if sufficiency:
+            if metrics != ["cppl"]:
+                raise typer.BadParameter("CRP-RAG's sufficiency is measured in cppl", param_hint="--metric")
+            from ..methods.crp_rag.calibration import NEVER_ABSTAIN
+
+            own_options = {"crp-rag": {**own_options.get("crp-rag", {}), "sufficiency_threshold": NEVER_ABSTAIN}}
+        if split is None and dataset.lower() == "pubmedqa":
+            split = "trainval"
+        all_records = _load_records(dataset, split, context, False, None, None, None)
+        records = [r for r in sample_records(all_records, limit=limit, seed=seed if limit else None) if r.task != "open"]
+        if not records:
+            raise typer.BadParameter("calibration needs multiple-choice or yes/no questions (correct vs wrong)")
+        ctask = calibration_task or task_name(dataset)
+        cfg = TCRAGConfig(metric=metrics[0], max_steps=max_steps, max_new_tokens=max_new_tokens, temperature=temperature,
+                          calibration_task=ctask)
+        api_key = _key(api_key_env)
+        chat = resolve_model(model, max_new_tokens=max_new_tokens, temperature=temperature, base_url=base_url,
+                             api_key=api_key)
+        stored_id: Optional[str] = model_id
+        if save and stored_id is None:
+            try:
+                stored_id = chat_model_id(chat)
+            except ValueError as exc:  # reported after the measurement, which stays useful
+                console.print(f"[yellow]{exc}: the result will not be stored (pass --model-id)[/]")
+        if sufficiency and stored_id:
+            from ..methods.crp_rag.calibration import SUFFICIENCY_SUFFIX
+
+            stored_id += SUFFICIENCY_SUFFIX
+        state_scorer = resolve_scorer(scorer, chat, served_model=scorer_model, api_key=api_key,
+                                      start_text=scorer_start_text)
+        try:
+            graphs = build_methods(names, model=chat, tools=resolve_tools(tools), scorer=state_scorer, config=cfg,
+                                   method_options=own_options)
+        except ValidationError as exc:
+            raise typer.BadParameter(str(exc), param_hint="--method-options") from exc
+        settings = {"dataset": dataset, "split": split, "context": context, "limit": limit, "model": model,
+                    "tools": tools, "scorer": scorer, **_served_settings(base_url, scorer_model, None, None),
+                    "config": cfg.model_dump(mode="json"), "purpose": "calibrate"}
+        if own_options:
+            settings["method_options"] = own_options
+        try:
+            rows = run_evaluation(records, graphs, out_dir=out, settings=settings, seed=seed,
+                                  include_context=context, progress=progress)
+        except SettingsMismatch as exc:
+            raise typer.BadParameter(str(exc), param_hint="--out") from exc
+        by_id = {r.id: r for r in records}
+        labels = [bool(row.get("correct")) for row in rows]
+        if len(set(labels)) < 2:
+            console.print(f"[red]cannot calibrate:[/] needs both correct and wrong answers "
+                          f"({sum(labels)} correct of {len(labels)})")
+            raise typer.Exit(code=1)
+
+        score_with = functools.partial(scorer_score, state_scorer)
+
+        def value_of(one: str, row: dict[str, Any], scorer: Any) -> Optional[float]:
+            """The state value ``one`` of a finished run's answer: the rule the stack machine applies
+            (:func:`measure`), on the question, the answer and the evidence the run stood on."""
+            record = by_id[row["id"]]
+            text, choices = row["answer"], None
+            if one == "answer_prob":
+                fmt = answer_format_for(record)
+                if not isinstance(fmt, tuple):
+                    return None  # no list of allowed answers to weigh (open or multi-answer questions)
+                choices, text = fmt, answer_format.fit(fmt, text)
+            return float(measure(one, format_question(record, include_context=context), text, score=scorer.score,
+                                 token_logprobs=getattr(scorer, "token_logprobs", None) or _no_logprobs,
+                                 evidence=row.get("evidence") or [], choices=choices))
+
+        # Question by question, every value of it at once: the evidence values and answer_prob share
+        # one context, which the scorer's prefix cache then evaluates once (and identical log-prob
+        # requests, cppl_evidence's and uct_evidence's, are asked once).
+        measured: dict[tuple[str, int], Optional[float]] = {}
+        if not sufficiency:
+            raw_logprobs = getattr(state_scorer, "token_logprobs", None)
+            if callable(raw_logprobs):
+                asked: dict[tuple[str, str], list[float]] = {}
+
+                def once(context: str, text: str, _raw=raw_logprobs) -> list[float]:
+                    if (context, text) not in asked:
+                        asked.clear()  # one question's requests at a time
+                        asked[(context, text)] = list(_raw(context, text))
+                    return asked[(context, text)]
+
+                memo_scorer = types.SimpleNamespace(score=score_with, token_logprobs=once)
+            else:
+                memo_scorer = types.SimpleNamespace(score=score_with)
+            todo = [(i, row) for i, row in enumerate(rows) if row.get("answer")]
+            steps = track(todo, description=f"state values ({', '.join(metrics)})", console=console) \
+                if progress else todo
+            for i, row in steps:
+                for one in metrics:
+                    try:
+                        measured[(one, i)] = value_of(one, row, memo_scorer)
+                    except Exception as exc:  # an unscorable answer is missing, not a value
+                        console.print(f"[yellow]could not score {row['id']} ({one}): {exc}[/]")
+        table: list[tuple[str, Any, float, float, bool]] = []
+        for one in metrics:
+            suffix = "" if len(metrics) == 1 else f".{one}"
+            values: list[Optional[float]] = []
+            scored = []
+            for i, row in enumerate(rows):
+                answer = row.get("answer")
+                # CRP-RAG: the path score the run measured (None where nothing was retrieved)
+                value = row.get("state_value") if sufficiency else measured.get((one, i))
+                values.append(value)
+                scored.append({"id": row["id"], "value": value, "correct": bool(row.get("correct")), "answer": answer})
+            (out / f"state_values{suffix}.jsonl").write_text(
+                "".join(json.dumps(s, ensure_ascii=False) + "\n" for s in scored), encoding="utf-8")
+            try:
+                result = calibrate(values, labels, rule=rule)  # type: ignore[arg-type]
+            except ValueError as exc:
+                console.print(f"[red]cannot calibrate {one}:[/] {exc} ({sum(labels)} correct of {len(labels)})")
+                if len(metrics) == 1:
+                    raise typer.Exit(code=1) from exc
+                continue  # the other values may still be measured
+            report = {"metric": one, "method": names[0], **result.to_dict()}
+            (out / f"calibration{suffix}.json").write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
+            p = result.proposal
+            typer.echo(
+                f"{one}: n={result.n} (correct {result.n_correct}, wrong {result.n_wrong}, missing {result.n_missing})\n"
+                f"median value: correct {result.median_correct:.4g}, wrong {result.median_wrong:.4g}\n"
+                f"AUROC (lower value = correct): {result.auroc:.3f}\n"
+                f"proposed sigma ({rule}): {p.sigma:.4g}  TPR {p.tpr:.2f}  FPR {p.fpr:.2f}  "
+                f"decision accuracy {p.decision_accuracy:.2f}  accept rate {p.accept_rate:.2f}"
+            )
+            low, high = auroc_interval(result.auroc, result.n_correct, result.n_wrong)
+            typer.echo(f"AUROC 95% interval: {low:.3f} - {high:.3f} ({result.n_correct} correct, {result.n_wrong} wrong)")
+            supported = not (low <= 0.5 or (rule == "youden" and p.objective <= 0))
+            table.append((one, result, low, high, supported))
+            if not supported:
+                typer.echo(
+                    "warning: the state value does not separate correct from wrong answers on this data "
+                    "(the AUROC's 95% interval reaches 0.5, or no positive Youden J); the proposed sigma is not "
+                    "supported by it."
+                )
+            if save and stored_id and (supported or save_unsupported):
+                try:
+                    stored = Calibration(
+                        metric=one, sigma=p.sigma, auroc=result.auroc, model_id=stored_id, task=ctask,
+                        dataset=dataset if split is None else f"{dataset}:{split}", n=result.n,
+                        details={"rule": rule, "method": names[0], "tpr": p.tpr, "fpr": p.fpr,
+                                 "n_correct": result.n_correct, "n_wrong": result.n_wrong,
+                                 "n_missing": result.n_missing, "limit": limit, "seed": seed, "supported": supported,
+                                 "auroc_interval": [low, high]},
+                    )
+                except ValueError as exc:
+                    console.print(f"[red]not stored:[/] {exc}")
+                    raise typer.Exit(code=1) from exc
+                where = save_calibration(stored, calibration_file)
+                target = "sufficiency_threshold" if sufficiency else "sigma"
+                typer.echo(f"stored for {target}='auto' (model {stored_id!r}): {where}")
+            elif save and stored_id:
+                typer.echo(f"{one}: not stored for sigma='auto' (pass --save-unsupported to store it anyway)")
+        if len(table) > 1:
+            typer.echo(f"\nstate values on {dataset}{':' + split if split else ''} (task {ctask!r}), best AUROC first:")
+            typer.echo(f"{'metric':<14} {'AUROC':>6} {'95% interval':>15} {'sigma':>10}  separates")
+            for one, result, low, high, supported in sorted(table, key=lambda t: -t[1].auroc):
+                typer.echo(f"{one:<14} {result.auroc:6.3f} {low:7.3f} - {high:5.3f} {result.sigma:10.4g}  "
+                           f"{'yes' if supported else 'no'}")
+            usable = [t for t in table if t[4]]
+            if usable:
+                best = max(usable, key=lambda t: t[1].auroc)
+                typer.echo(f"sigma='auto' with no metric set picks {best[0]} (sigma {best[1].sigma:.4g}) for this model "
+                           f"and task" + ("" if save and stored_id else " once stored"))
+            else:
+                typer.echo("no state value separates right from wrong answers here: sigma='auto' has nothing to pick")
+
+
+def _no_logprobs(context: str, text: str) -> list[float]:
+    raise ValueError("this scorer gives no token log-probabilities: the evidence values and answer_prob need them")
