@@ -52,16 +52,18 @@ def _free_port() -> int:
 
 
 def _graphs(url: str, args):
-    from tcrag_langgraph.core.config import TCRAGConfig
-    from tcrag_langgraph.eval.components import resolve_model, resolve_scorer, resolve_tools
-    from tcrag_langgraph.methods.registry import build_methods
+    import os
 
-    chat = resolve_model("openai:smollm2", max_new_tokens=args.max_new_tokens, temperature=0.0,
-                         base_url=f"{url}/v1", api_key="sk-loopback-unchecked")
-    scorer = resolve_scorer(f"{url}/v1", chat, api_key="sk-loopback-unchecked")
+    from tcrag_langgraph.agent.spec import AgentSpec
+    from tcrag_langgraph.core.config import TCRAGConfig
+
+    os.environ.setdefault("TCRAG_BENCH_LOOPBACK_KEY", "sk-loopback-unchecked")  # the loopback server checks none
     cfg = TCRAGConfig(max_steps=args.max_steps, max_new_tokens=args.max_new_tokens, temperature=0.0,
                       max_format_retries=1, max_observation_tokens=128)
-    return build_methods(args.methods, model=chat, tools=resolve_tools("docs"), scorer=scorer, config=cfg)
+    spec = AgentSpec(model="openai:smollm2", base_url=f"{url}/v1", api_key_env="TCRAG_BENCH_LOOPBACK_KEY",
+                     scorer=f"{url}/v1", tools="docs", config=cfg)
+    parts = spec.assemble(args.methods, share_monitor=True)  # as tcrag eval builds its runs
+    return {name: spec.build(parts, method=name) for name in args.methods}
 
 
 def main() -> None:

@@ -12,7 +12,9 @@ from pydantic import BaseModel, Field
 from typer.testing import CliRunner
 
 from tcrag_langgraph.core.config import TCRAGConfig
-from tcrag_langgraph.faces.cli import ASK_DEFAULTS, NOT_FLAGS, _flag_for, app, config_flags, config_from_flags
+from tcrag_langgraph.agent.flags import NOT_FLAGS, _flag_for, config_flags, config_from_flags
+from tcrag_langgraph.agent.spec import FACE_DEFAULTS
+from tcrag_langgraph.faces.cli import app
 
 runner = CliRunner()
 Q = "Which vitamin deficiency causes scurvy?"
@@ -85,10 +87,10 @@ def test_flag_shapes_follow_the_field_types():
 def test_only_flags_that_were_given_are_set_and_they_override_the_base():
     none_given = {flag.field: None for flag in config_flags()}
     defaults = config_from_flags(none_given)
-    assert defaults.model_fields_set == set(ASK_DEFAULTS) and defaults.max_new_tokens == ASK_DEFAULTS["max_new_tokens"]
+    assert defaults.model_fields_set == set(FACE_DEFAULTS) and defaults.max_new_tokens == FACE_DEFAULTS["max_new_tokens"]
     assert config_from_flags({**none_given, "max_new_tokens": 500}).max_new_tokens == 500
     cfg = config_from_flags({**none_given, "max_steps": 3, "enable_summary": False, "answer_format": "yes,no"})
-    assert cfg.model_fields_set == {"max_steps", "enable_summary", "answer_format", *ASK_DEFAULTS}
+    assert cfg.model_fields_set == {"max_steps", "enable_summary", "answer_format", *FACE_DEFAULTS}
     assert (cfg.max_steps, cfg.enable_summary, cfg.answer_format) == (3, False, ("yes", "no"))
     # a flag equal to TCRAGConfig's default still overrides a base that differs (set, not guessed)
     base = TCRAGConfig(metric="uct", max_steps=7)

@@ -91,7 +91,7 @@ def test_serve_refuses_user_errors_in_one_line(empty_cache):
 @pytest.mark.parametrize("command", [["ask", Q], ["serve"]])
 def test_a_script_refuses_model_flags_beside_it_and_a_bad_script_is_named(command, tmp_path, empty_cache):
     """--scripted replaces the model and its monitor: a model flag next to it would be silently
-    ignored, so both faces refuse it (one rule, faces.run_options.scripted_run)."""
+    ignored, so both faces refuse it (one rule, agent.spec.AgentSpec)."""
     script = tmp_path / "script.json"
     script.write_text('{"replies": ["Conclusion: yes"], "default_score": 1}', encoding="utf-8")
     env = {"TCRAG_CACHE_DIR": str(empty_cache)}

@@ -12,7 +12,7 @@ import pytest
 from typer.testing import CliRunner
 
 from tcrag_langgraph.faces.cli import app
-from tcrag_langgraph.faces.run_options import FACE_DEFAULTS
+from tcrag_langgraph.agent.spec import FACE_DEFAULTS
 from tcrag_langgraph.faces.studio import STUDIO_METHODS
 from tcrag_langgraph.methods.registry import METHOD_NAMES
 

@@ -1,5 +1,5 @@
 """The package's layers import only downwards: tools < models < monitor < core < methods < testing
-< eval < faces. Every import statement is checked, lazy ones inside functions included, so an arrow
+< agent < eval < faces. Every import statement is checked, lazy ones inside functions included, so an arrow
 that runs back up (the core reading the evaluation, a method importing a face) fails here."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = "tcrag_langgraph"
 
 #: each part and the parts it may import (itself included)
-LAYERS = ("tools", "models", "monitor", "core", "methods", "testing", "eval", "faces")
+LAYERS = ("tools", "models", "monitor", "core", "methods", "testing", "agent", "eval", "faces")
 ALLOWED = {part: set(LAYERS[: i + 1]) for i, part in enumerate(LAYERS)}
 ALLOWED["package"] = set(LAYERS)  # tcrag_langgraph/__init__.py re-exports the public names (lazily)
 ALLOWED["prompts"] = {"prompts"}
@@ -67,7 +67,7 @@ def test_every_module_belongs_to_a_known_layer():
     assert {part_of(m) for m in MODULES} <= set(ALLOWED), {part_of(m) for m in MODULES} - set(ALLOWED)
     # the parts a newcomer looks for are where the layout says
     for module in ("core.kernel", "methods.tcrag.graph", "methods.tcrag.transitions", "methods.tcrag.state", "monitor.scoring", "monitor.calibration",
-                   "models.local", "models.resolve", "models.llama_cpp", "models.speculative", "monitor.own_model",
+                   "agent.spec", "agent.flags", "models.local", "models.resolve", "models.llama_cpp", "models.speculative", "monitor.own_model",
                    "monitor.llama_cpp", "faces.cli", "faces.serve", "faces.studio", "methods.registry",
                    "methods.baselines", "methods.crp_rag", "methods.kag_thinker", "methods.diffrag", "tools.layer"):
         assert f"{PACKAGE}.{module}" in MODULES, module

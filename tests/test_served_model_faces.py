@@ -149,7 +149,7 @@ def test_serve_with_a_served_model_keeps_its_monitor(served, lm, tmp_path):
 def test_studio_takes_its_model_and_monitor_from_the_environment(served, lm, monkeypatch):
     """Studio has no command line: TCRAG_MODEL / TCRAG_BASE_URL / TCRAG_API_KEY_ENV / TCRAG_SCORER name
     what --model / --base-url / --api-key-env / --scorer name for ask; the monitor keeps scoring."""
-    from tcrag_langgraph.faces.run_options import UserError
+    from tcrag_langgraph.agent.spec import UserError
     from tcrag_langgraph.faces.studio import make_graph
 
     for name, value in (("TCRAG_MODEL", "openai:smollm2"), ("TCRAG_BASE_URL", served), ("TCRAG_API_KEY_ENV", KEY_ENV),

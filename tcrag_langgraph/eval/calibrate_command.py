@@ -16,12 +16,10 @@ from pathlib import Path
 from typing import Any, Optional
 
 import typer
-from pydantic import ValidationError
 
-from .command_options import (ApiKeyEnvOpt, BaseUrlOpt, ContextOpt, DatasetOpt, MaxNewTokensOpt, MaxStepsOpt, ModelOpt, ProgressOpt,
-                  ScorerModelOpt, ScorerOpt, ScorerStartOpt, SeedOpt, TemperatureOpt, ToolsOpt, _key, _load_records,
-                  _method_options, _served_settings, _split_methods, _state_value_names, console)
-from .components import resolve_model, resolve_scorer, resolve_tools
+from ..agent.flags import EVAL_FLAGS, ApiKeyEnvOpt, BaseUrlOpt, ModelOpt, ScorerModelOpt, ScorerOpt, ScorerStartOpt
+from .command_options import (ContextOpt, DatasetOpt, ProgressOpt, SeedOpt, ToolsOpt, _load_records, _method_options,
+                              _served_settings, _split_methods, _state_value_names, console, refusing_user_errors)
 
 __all__ = ["register"]
 
@@ -29,7 +27,6 @@ __all__ = ["register"]
 def register(app: typer.Typer) -> None:
     """Add ``calibrate`` to ``app``."""
 
-    @app.command("calibrate")
     def calibrate_command(
         dataset: DatasetOpt = ...,
         split: Optional[str] = typer.Option(None, help="PubMedQA: use trainval (the default here) to keep test clean"),
@@ -51,9 +48,6 @@ def register(app: typer.Typer) -> None:
         api_key_env: ApiKeyEnvOpt = None,
         scorer_model: ScorerModelOpt = None,
         scorer_start_text: ScorerStartOpt = "",
-        max_steps: MaxStepsOpt = 12,
-        max_new_tokens: MaxNewTokensOpt = 500,
-        temperature: TemperatureOpt = 0.6,
         progress: ProgressOpt = True,
         save: bool = typer.Option(True, "--save/--no-save", help="store the sigma for sigma='auto' (ask/eval/serve/build_graph)"),
         calibration_file: Optional[Path] = typer.Option(
@@ -63,6 +57,7 @@ def register(app: typer.Typer) -> None:
                                               "correct from wrong answers (AUROC <= 0.5)"),
         method_options: Optional[str] = typer.Option(None, help="own options of a papers' method as JSON, "
                                                      "as for tcrag eval"),
+        **config_values: Any,
     ) -> None:
         """State values of correct vs wrong answers on a dev split: AUROC and a proposed sigma, stored
         for --sigma auto.
@@ -72,9 +67,8 @@ def register(app: typer.Typer) -> None:
         sufficiency threshold for "auto"."""
         from rich.progress import track
 
+        from ..agent.spec import AgentParts, AgentSpec
         from ..core import answer_format
-        from ..core.config import TCRAGConfig
-        from ..methods.registry import build_methods
         from ..models.local import chat_model_id
         from ..monitor.calibration import Calibration, save_calibration
         from ..monitor.state_values import measure, scorer_score
@@ -107,11 +101,10 @@ def register(app: typer.Typer) -> None:
         if not records:
             raise typer.BadParameter("calibration needs multiple-choice or yes/no questions (correct vs wrong)")
         ctask = calibration_task or task_name(dataset)
-        cfg = TCRAGConfig(metric=metrics[0], max_steps=max_steps, max_new_tokens=max_new_tokens, temperature=temperature,
-                          calibration_task=ctask)
-        api_key = _key(api_key_env)
-        chat = resolve_model(model, max_new_tokens=max_new_tokens, temperature=temperature, base_url=base_url,
-                             api_key=api_key)
+        cfg = EVAL_FLAGS.config(config_values).merged({"metric": metrics[0], "calibration_task": ctask})
+        spec = AgentSpec.create(method=names[0], model=model, base_url=base_url, api_key_env=api_key_env, scorer=scorer,
+                                scorer_model=scorer_model, scorer_start_text=scorer_start_text, tools=tools, config=cfg)
+        chat = spec.generator()
         stored_id: Optional[str] = model_id
         if save and stored_id is None:
             try:
@@ -122,13 +115,9 @@ def register(app: typer.Typer) -> None:
             from ..methods.crp_rag.calibration import SUFFICIENCY_SUFFIX
 
             stored_id += SUFFICIENCY_SUFFIX
-        state_scorer = resolve_scorer(scorer, chat, served_model=scorer_model, api_key=api_key,
-                                      start_text=scorer_start_text)
-        try:
-            graphs = build_methods(names, model=chat, tools=resolve_tools(tools), scorer=state_scorer, config=cfg,
-                                   method_options=own_options)
-        except ValidationError as exc:
-            raise typer.BadParameter(str(exc), param_hint="--method-options") from exc
+        state_scorer = spec.monitor(chat, own=True)  # calibrate measures state values whatever the method reads
+        graphs = {names[0]: spec.build(AgentParts(chat, spec.tool_list(), state_scorer, cfg),
+                                       options=own_options.get(names[0]))}
         settings = {"dataset": dataset, "split": split, "context": context, "limit": limit, "model": model,
                     "tools": tools, "scorer": scorer, **_served_settings(base_url, scorer_model, None, None),
                     "config": cfg.model_dump(mode="json"), "purpose": "calibrate"}
@@ -260,6 +249,10 @@ def register(app: typer.Typer) -> None:
                            f"and task" + ("" if save and stored_id else " once stored"))
             else:
                 typer.echo("no state value separates right from wrong answers here: sigma='auto' has nothing to pick")
+
+    command = refusing_user_errors(calibrate_command)
+    command.__signature__ = EVAL_FLAGS.signature(calibrate_command)  # type: ignore[attr-defined]
+    app.command("calibrate")(command)
 
 
 def _no_logprobs(context: str, text: str) -> list[float]:

@@ -24,11 +24,11 @@ from typing import Any, Optional
 import typer
 from pydantic import ValidationError
 
+from ..agent.flags import (EVAL_FLAGS, ApiKeyEnvOpt, BaseUrlOpt, EsIndexOpt, EsUrlOpt, ModelOpt, ScorerModelOpt,
+                           ScorerOpt, ScorerStartOpt)
 from . import calibrate_command
-from .command_options import (ApiKeyEnvOpt, BaseUrlOpt, ContextOpt, DatasetOpt, MaxNewTokensOpt, MaxStepsOpt, ModelOpt,
-                              ProgressOpt, ScorerModelOpt, ScorerOpt, ScorerStartOpt, SeedOpt, TemperatureOpt, ToolsOpt,
-                              _key, _load_records, _method_options, _served_settings, _split_methods, console)
-from .components import resolve_model, resolve_scorer, resolve_tools
+from .command_options import (ContextOpt, DatasetOpt, ProgressOpt, SeedOpt, ToolsOpt, _load_records, _method_options,
+                              _served_settings, _split_methods, console, refusing_user_errors)
 
 __all__ = ["register"]
 
@@ -38,18 +38,15 @@ def _sigma_option(value: str, metric: str, model: Any, task: Optional[str] = Non
     ``auto`` for the sigma stored for this model (on ``task``) by ``tcrag calibrate`` (resolved once
     here, so every question and the saved settings use the number). Validated by
     :class:`TCRAGConfig`, the one home of what a sigma may be."""
+    from ..agent.spec import resolve_auto_sigma
     from ..core.config import TCRAGConfig
-    from ..models.local import chat_model_id
-    from ..monitor.calibration import CalibrationNotFoundError, resolve_sigma
 
+    flag = hint or f"--sigma-{metric}"
     try:
         cfg = TCRAGConfig(metric=metric, sigma=value, calibration_task=task)
-        return float(resolve_sigma(cfg, chat_model_id(model) if cfg.sigma == "auto" else ""))
     except ValidationError as exc:  # the first problem, in pydantic's own words, without its dump
-        raise typer.BadParameter(exc.errors()[0]["msg"].removeprefix("Value error, "),
-                                 param_hint=hint or f"--sigma-{metric}") from None
-    except (ValueError, CalibrationNotFoundError) as exc:
-        raise typer.BadParameter(str(exc), param_hint=hint or f"--sigma-{metric}") from exc
+        raise typer.BadParameter(exc.errors()[0]["msg"].removeprefix("Value error, "), param_hint=flag) from None
+    return float(resolve_auto_sigma(cfg, model, flag=flag).effective_sigma)
 
 
 def _sigma_pairs(values: list[str]) -> dict[str, str]:
@@ -137,7 +134,6 @@ def register(app: typer.Typer) -> None:
     """Add ``eval``, ``summarize`` and ``calibrate`` (:mod:`.calibrate_command`) to ``app``."""
     calibrate_command.register(app)
 
-    @app.command("eval")
     def eval_command(
         dataset: DatasetOpt = ...,
         method: list[str] = typer.Option(["base", "tcrag-cppl"], help="method name(s), repeat or comma-separate; 'all'"),
@@ -158,10 +154,8 @@ def register(app: typer.Typer) -> None:
         api_key_env: ApiKeyEnvOpt = None,
         scorer_model: ScorerModelOpt = None,
         scorer_start_text: ScorerStartOpt = "",
-        es_url: Optional[str] = typer.Option(None, envvar="TCRAG_ES_URL", help="search documents in this "
-                                             "Elasticsearch server (tcrag index --es-url) instead of the embedded "
-                                             "collection"),
-        es_index: str = typer.Option("tcrag-docs", envvar="TCRAG_ES_INDEX", help="the Elasticsearch index to search"),
+        es_url: EsUrlOpt = None,
+        es_index: EsIndexOpt = "tcrag-docs",
         sigma_cppl: Optional[str] = typer.Option(None, help="sigma for cppl: a number, or auto (the model's "
                                                  "stored calibration, tcrag calibrate); default: paper's 10"),
         sigma_uct: Optional[str] = typer.Option(None, help="sigma for uct: a number or auto; default: paper's 20"),
@@ -171,9 +165,6 @@ def register(app: typer.Typer) -> None:
         calibration_task: Optional[str] = typer.Option(None, help="the task whose stored calibration 'auto' "
                                                        "reads (default: the dataset: pubmedqa, medmcqa, or the "
                                                        "JSONL file's name)"),
-        max_steps: MaxStepsOpt = 12,
-        max_new_tokens: MaxNewTokensOpt = 500,
-        temperature: TemperatureOpt = 0.6,
         attack: Optional[str] = typer.Option(None, help="noise attack on the first retrieval: structural or partial"),
         noise: str = typer.Option("irrelevant", help="irrelevant, relevant or mixed"),
         method_options: Optional[str] = typer.Option(
@@ -186,11 +177,11 @@ def register(app: typer.Typer) -> None:
             False, "--reply-cache", help="greedy runs only: keep the model's replies in the run folder "
             "(replies.sqlite), so a prompt two methods send alike is generated once; time still counts each "
             "replayed reply at the seconds its generation took"),
+        **config_values: Any,
     ) -> None:
         """Evaluate methods on a dataset: accuracy and cost per method (paper Tables 1, 2, 5)."""
-        from ..core.config import TCRAGConfig
-        from ..methods.registry import METHODS, build_methods
-        from ..monitor.calibration import CalibrationNotFoundError
+        from ..agent.spec import AgentSpec
+        from ..methods.registry import METHODS
         from .datasets import answer_format_for, sample_records, task_name
         from .noise import NoiseBank, PoisonController, poison_tools
         from .runner import SettingsMismatch, run_evaluation
@@ -204,9 +195,10 @@ def register(app: typer.Typer) -> None:
             raise typer.BadParameter("--attack keeps per-question state: run it with --concurrency 1")
         if noise not in ("irrelevant", "relevant", "mixed"):
             raise typer.BadParameter("--noise must be irrelevant, relevant or mixed")
-        if reply_cache and temperature > 0:
+        run_options = EVAL_FLAGS.config(config_values)
+        if reply_cache and run_options.temperature > 0:
             raise typer.BadParameter("--reply-cache replays one reply per prompt: it needs greedy decoding "
-                                     f"(--temperature 0), not {temperature}")
+                                     f"(--temperature 0), not {run_options.temperature}")
         all_records = _load_records(dataset, split, context, long_answers, fields, task, answer_index_base)
         records = sample_records(all_records, limit=limit, seed=seed if limit else None)
         ctask = calibration_task or task_name(dataset)
@@ -214,39 +206,31 @@ def register(app: typer.Typer) -> None:
         # are built, sigma="auto" picking answer_prob, must see the answers every run will declare.
         formats = {answer_format_for(r) for r in records}
         shared = next(iter(formats)) if len(formats) == 1 else None
-        cfg = TCRAGConfig(max_steps=max_steps, max_new_tokens=max_new_tokens, temperature=temperature,
-                          calibration_task=ctask, **({"answer_format": shared} if isinstance(shared, tuple) else {}))
+        cfg = run_options.merged({"calibration_task": ctask, **({"answer_format": shared} if isinstance(shared, tuple)
+                                                               else {})})
         sigma_given = {**_sigma_pairs(sigma), **{k: v for k, v in (("cppl", sigma_cppl), ("uct", sigma_uct)) if v}}
-        api_key = _key(api_key_env)
-        chat = resolve_model(model, max_new_tokens=max_new_tokens, temperature=temperature, base_url=base_url,
-                             api_key=api_key)
+        spec = AgentSpec.create(
+            method=names[0], model=model, base_url=base_url, api_key_env=api_key_env, scorer=scorer,
+            scorer_model=scorer_model, scorer_start_text=scorer_start_text, tools=tools, es_url=es_url,
+            es_index=es_index, exclude_doc_ids=tuple(r.id for r in records) if exclude_eval_docs else (), config=cfg)
+        parts = spec.assemble(names, share_monitor=True)
         if reply_cache:
             from .reply_cache import REPLY_CACHE_FILE, ReplyCache
 
-            chat.cache = ReplyCache(out / REPLY_CACHE_FILE)
-        tool_list = resolve_tools(tools, exclude_ids=[r.id for r in records] if exclude_eval_docs else None,
-                                  es_url=es_url, es_index=es_index)
+            parts.model.cache = ReplyCache(out / REPLY_CACHE_FILE)
         controller = None
         if attack is not None:
-            if not tool_list:
+            if not parts.tools:
                 raise typer.BadParameter("--attack needs tools (the first retrieval is what gets poisoned)")
             bank = NoiseBank.from_records(records, pool=all_records)
             controller = PoisonController(bank, mode=attack, kind=noise, seed=seed,  # type: ignore[arg-type]
                                           max_tokens=cfg.max_observation_tokens)
-            tool_list = poison_tools(tool_list, controller)
-        needs_scorer = any(METHODS[n].uses_scorer for n in names)
-        state_scorer = resolve_scorer(scorer, chat, served_model=scorer_model, api_key=api_key,
-                                      start_text=scorer_start_text) if needs_scorer else None
-        sigmas = {k: _sigma_option(v, k, chat, ctask, hint="--sigma" if k not in ("cppl", "uct") else None)
+            parts = parts._replace(tools=poison_tools(parts.tools, controller))
+        sigmas = {k: _sigma_option(v, k, parts.model, ctask, hint="--sigma" if k not in ("cppl", "uct") else None)
                   for k, v in sigma_given.items()}
         documents = _indexed_documents(names, tools, records, exclude_eval_docs)
-        try:
-            graphs = build_methods(names, model=chat, tools=tool_list, scorer=state_scorer, config=cfg, sigmas=sigmas,
-                                   documents=documents, method_options=own_options)
-        except ValidationError as exc:  # a method's own options model refused a value
-            raise typer.BadParameter(str(exc), param_hint="--method-options") from exc
-        except CalibrationNotFoundError as exc:  # tcrag-auto, before any question runs
-            raise typer.BadParameter(str(exc), param_hint="--method") from exc
+        graphs = {n: spec.build(parts, method=n, sigmas=sigmas, documents=documents, options=own_options.get(n))
+                  for n in names}
         settings = {
             "dataset": dataset, "split": split, "context": context, "long_answers": long_answers, "limit": limit,
             "model": model, "tools": tools, "exclude_eval_docs": exclude_eval_docs, "scorer": scorer,
@@ -271,6 +255,10 @@ def register(app: typer.Typer) -> None:
         _warn_mixed_code(rows)
         console.print(f"results: {out / 'results.jsonl'}; summary: {paths['markdown']}, {paths['csv']}"
                       + (f"; plot: {paths['plot']}" if "plot" in paths else ""))
+
+    command = refusing_user_errors(eval_command)
+    command.__signature__ = EVAL_FLAGS.signature(eval_command)  # type: ignore[attr-defined]
+    app.command("eval")(command)
 
     @app.command("summarize")
     def summarize_command(

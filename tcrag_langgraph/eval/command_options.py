@@ -1,16 +1,18 @@
-"""What ``tcrag eval`` and ``tcrag calibrate`` share, declared once: their common options and the
+"""What ``tcrag eval`` and ``tcrag calibrate`` share, declared once: their own common options (the
+model, monitor and run options are every command's: :mod:`tcrag_langgraph.agent.flags`) and the
 helpers that read them (dataset records, method names and options, state-value names, served-model
 settings)."""
 
 from __future__ import annotations
 
+import functools
 import json
-from typing import Annotated, Any, Optional
+from typing import Annotated, Any, Callable, Optional
 
 import typer
 from rich.console import Console
 
-__all__ = ["console"]
+__all__ = ["console", "refusing_user_errors"]
 
 console = Console(stderr=True)
 
@@ -18,36 +20,25 @@ console = Console(stderr=True)
 DatasetOpt = Annotated[str, typer.Option(help="pubmedqa, medmcqa, or a JSONL path")]
 SeedOpt = Annotated[int, typer.Option(help="seed for sampling questions and for generation")]
 ContextOpt = Annotated[bool, typer.Option("--context/--no-context", help="give the dataset's context passage")]
-ModelOpt = Annotated[str, typer.Option(help="local, a transformers folder, a .gguf file, a served model as "
-                                       "provider:name (e.g. openai:NAME), or a Python function returning a chat "
-                                       "model (module:function)")]
 ToolsOpt = Annotated[str, typer.Option(help="none, default, docs, web (comma-separated) or a Python function "
                                        "returning tools (module:function)")]
-ScorerOpt = Annotated[str, typer.Option(help="the state monitor: local (the model's own weights), a vLLM or SGLang "
-                                        "completions server address, a local model folder or .gguf file, or a "
-                                        "Python function returning a scorer (module:function)")]
-BaseUrlOpt = Annotated[Optional[str], typer.Option(help="served models: the server's API address, e.g. "
-                                                   "http://127.0.0.1:8000/v1")]
-ApiKeyEnvOpt = Annotated[Optional[str], typer.Option(metavar="NAME", help="served models and --scorer servers: the "
-                                                     "environment variable holding the API key")]
-ScorerModelOpt = Annotated[Optional[str], typer.Option(metavar="NAME", help="the model name the --scorer server "
-                                                       "knows the model by (default: the name in --model)")]
-ScorerStartOpt = Annotated[str, typer.Option(help="text the --scorer server puts before what it scores (the model's "
-                                             "start token, for servers that add none)")]
-MaxStepsOpt = Annotated[int, typer.Option(min=1, help="actions before the final answer is asked for")]
-MaxNewTokensOpt = Annotated[int, typer.Option(min=1, help="tokens the model may write per reply")]
-TemperatureOpt = Annotated[float, typer.Option(min=0.0, help="sampling temperature (0 = greedy)")]
 ProgressOpt = Annotated[bool, typer.Option("--progress/--no-progress", help="show a progress bar")]
 
 
-def _key(name: Optional[str]) -> Optional[str]:
-    """The API key in environment variable ``name`` (``--api-key-env``), never one from the command line."""
-    from ..models.credentials import key_from_env
+def refusing_user_errors(command: Callable[..., Any]) -> Callable[..., Any]:
+    """``command`` with a :class:`~tcrag_langgraph.agent.spec.UserError` (a model, monitor, tool or
+    sigma the spec refused) turned into Typer's usage error for the flag it names, so these commands
+    refuse in one line on any Typer app, not only under ``tcrag``."""
+    from ..agent.spec import UserError
 
-    try:
-        return key_from_env(name)
-    except ValueError as exc:
-        raise typer.BadParameter(str(exc), param_hint="--api-key-env") from None
+    @functools.wraps(command)
+    def refusing(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return command(*args, **kwargs)
+        except UserError as exc:
+            raise typer.BadParameter(f"{exc.kind}: {exc.message}", param_hint=exc.flag) from None
+
+    return refusing
 
 
 def _load_records(dataset: str, split: Optional[str], context: bool, long_answers: bool, fields: Optional[str],

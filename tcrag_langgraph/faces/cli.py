@@ -2,27 +2,26 @@
 by the modules that own them (each exposes ``register(app)``).
 
 ``tcrag ask``'s run options are generated from :class:`~tcrag_langgraph.core.config.TCRAGConfig`'s fields
-(name, type, default, description), so a new option needs no second declaration here. Only the
-options given on the command line go into the run's config: every other value is TCRAGConfig's.
+(:mod:`tcrag_langgraph.agent.flags`), and its agent is built by
+:class:`~tcrag_langgraph.agent.spec.AgentSpec`, as every face's is. Only the options given on the
+command line go into the run's config: every other value is the faces' default or TCRAGConfig's.
 """
 
 from __future__ import annotations
 
 import importlib
-import inspect
 import json
 import sys
-import types
-import typing
-from dataclasses import dataclass
-from typing import Any, Callable, Literal, Optional
+from typing import Any, Optional
 
 import typer
 from rich.console import Console
 from typer.core import TyperGroup
 
-from ..core.config import TCRAGConfig
-from .run_options import FACE_DEFAULTS, UserError, one_line
+from ..agent.flags import (FACE_FLAGS, MODEL_PANEL, ApiKeyEnvOpt, BackendOpt, BaseUrlOpt, DeviceOpt, DtypeOpt,
+                           EsApiKeyEnvOpt, EsIndexOpt, EsUrlOpt, MethodOpt, ModelOpt, ScorerModelOpt, ScorerOpt,
+                           ScorerStartOpt, ScriptedOpt)
+from ..agent.spec import UserError, one_line
 
 
 class _OneLineErrors(TyperGroup):
@@ -51,6 +50,12 @@ class _OneLineErrors(TyperGroup):
             Console(stderr=True).print(f"[red]{kind}:[/] {escape(one_line(exc.format_message()))} "
                                        f"(see {escape(command)} --help)", highlight=False, soft_wrap=True)
             sys.exit(exc.exit_code)
+        except UserError as exc:  # a sub-command's refusal (tcrag eval, calibrate): one line, as ask's
+            from rich.markup import escape
+
+            Console(stderr=True).print(f"[red]{escape(exc.kind)}:[/] {escape(exc.message)}", highlight=False,
+                                       soft_wrap=True)
+            sys.exit(2)
         except typer.Abort:  # public in every typer: the vendored click's has no Abort in `exceptions`
             Console(stderr=True).print("Aborted.")
             sys.exit(1)
@@ -75,121 +80,30 @@ _COMMAND_MODULES = (
     "tcrag_langgraph.faces.studio",
 )
 
-#: TCRAGConfig fields that are no flag of ``tcrag ask``, and why.
-NOT_FLAGS: dict[str, str] = {
-    "caller": "an identity comes from trusted configuration, never from a command-line flag",
-    "require_review": "a run paused for review needs a resume step that this command does not have",
-}
+def quiet_library_progress() -> None:
+    """Keep the libraries' progress bars and warnings out of the live view: transformers' weight-load
+    bars and FutureWarnings, sentence-transformers' tqdm bars (the live view and the server's log have
+    their own status lines); ask and serve both call it."""
+    import logging
+    import os
+    import warnings
 
-#: Where ``tcrag ask`` (and ``tcrag serve``, Studio) differ from TCRAGConfig's (paper) defaults, and
-#: why: :data:`~tcrag_langgraph.faces.run_options.FACE_DEFAULTS`.
-ASK_DEFAULTS: dict[str, Any] = FACE_DEFAULTS
+    os.environ.setdefault("TQDM_DISABLE", "1")
+    os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+    warnings.filterwarnings("ignore", category=FutureWarning)
+    warnings.filterwarnings("ignore", category=UserWarning, module=r"(transformers|torch|sentence_transformers)\b")
+    for name in ("transformers", "sentence_transformers", "huggingface_hub", "httpx"):
+        logging.getLogger(name).setLevel(logging.ERROR)
+    if "transformers" in sys.modules:  # else TRANSFORMERS_VERBOSITY above holds when it loads
+        from transformers.utils import logging as hf_logging
 
-#: help of the flags whose field description speaks to Python users, in a command-line user's words
-FLAG_HELP: dict[str, str] = {
-    "sigma": "Halting threshold: an answer is accepted when its state value is below it. A number, or 'auto' "
-             "for the value 'tcrag calibrate' stored for this model; default: 10 for cppl, 20 for uct (the paper's).",
-    "answer_format": "The allowed answers, comma-separated (e.g. yes,no,maybe or A,B,C,D); an answer that does "
-                     "not fit is not accepted.",
-    "initial_state_value": "The state value a run starts from (the paper's 'large value').",
-}
-
-_CONFIG_PANEL = "Run options"
-_MODEL_PANEL = "Model, tools and output"
-
-
-# ----- flags generated from TCRAGConfig -----
-@dataclass(frozen=True)
-class ConfigFlag:
-    """One ``tcrag ask`` flag made from a TCRAGConfig field."""
-
-    field: str
-    parameter: inspect.Parameter
-    to_value: Callable[[Any], Any] = lambda raw: raw
-
-
-def _members(annotation: Any) -> list[Any]:
-    """The types a field accepts, Unions and ``Annotated`` unwrapped, without None and classes
-    (``type[...]``: a Pydantic model class cannot be written on a command line)."""
-    origin = typing.get_origin(annotation)
-    if origin is typing.Annotated:
-        return _members(typing.get_args(annotation)[0])
-    if origin in (typing.Union, types.UnionType):
-        return [m for arg in typing.get_args(annotation) for m in _members(arg)]
-    if annotation is type(None) or origin is type:
-        return []
-    return [annotation]
-
-
-def _comma_list(raw: Optional[str]) -> Optional[list[str]]:
-    return None if raw is None else [part.strip() for part in raw.split(",")]
-
-
-def _flag_for(name: str, field: Any) -> ConfigFlag:
-    """The flag for field ``name``: bool -> ``--x/--no-x`` (``enable_x`` -> ``--x``), Literal ->
-    choices, int/float -> numbers, a tuple of strings -> a comma-separated list, a number-or-word
-    union (sigma) -> text that TCRAGConfig parses."""
-    members = _members(field.annotation)
-    dashed = name.removeprefix("enable_").replace("_", "-")
-    decls: tuple[str, ...] = (f"--{dashed}",)
-    to_value: Callable[[Any], Any] = lambda raw: raw
-    metavar = None
-    default = ASK_DEFAULTS.get(name, field.get_default(call_default_factory=True))
-    shown: Any = default if default is not None else False
-    if members == [bool]:
-        annotation: Any = bool
-        decls = (f"--{dashed}/--no-{dashed}",)
-        shown = dashed if default else f"no-{dashed}"
-    elif members and all(typing.get_origin(m) is Literal for m in members):
-        annotation = Literal[tuple(v for m in members for v in typing.get_args(m))]  # type: ignore[misc]
-    elif members in ([int], [float], [str]):
-        annotation = members[0]
-    elif len(members) == 1 and typing.get_origin(members[0]) is tuple:
-        annotation, metavar, to_value = str, "A,B,...", _comma_list
-    elif members and all(m in (int, float) or typing.get_origin(m) is Literal for m in members):
-        words = [str(v) for m in members if typing.get_origin(m) is Literal for v in typing.get_args(m)]
-        annotation, metavar = str, "|".join(["NUMBER", *words])
-    else:
-        raise TypeError(f"TCRAGConfig.{name}: no command-line form for {field.annotation!r}; "
-                        f"add one to cli._flag_for or list the field in cli.NOT_FLAGS")
-    option = typer.Option(None, *decls, help=FLAG_HELP.get(name, field.description or ""), metavar=metavar,
-                          show_default=str(shown) if shown is not False else False,
-                          rich_help_panel=_CONFIG_PANEL)
-    parameter = inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=option,
-                                  annotation=Optional[annotation])
-    return ConfigFlag(name, parameter, to_value)
-
-
-def config_flags() -> list[ConfigFlag]:
-    """A flag for every TCRAGConfig field but those in :data:`NOT_FLAGS`."""
-    return [_flag_for(name, field) for name, field in TCRAGConfig.model_fields.items() if name not in NOT_FLAGS]
-
-
-def config_from_flags(values: dict[str, Any], base: Optional[TCRAGConfig] = None) -> TCRAGConfig:
-    """The run's config: ``base`` (default: TCRAGConfig with :data:`ASK_DEFAULTS`) with the flags
-    that were given applied.
-
-    A flag that was not given is None here, so only explicit choices override; ``model_fields_set``
-    of the result names exactly those. Bad values raise pydantic's ValidationError.
-    """
-    given = {flag.field: flag.to_value(values[flag.field]) for flag in config_flags()
-             if values.get(flag.field) is not None}
-    if base is None:
-        return TCRAGConfig(**{**ASK_DEFAULTS, **given})
-    return base.merged(given)
+        hf_logging.disable_progress_bar()
+        hf_logging.set_verbosity_error()
 
 
 # ----- the live view -----
 _STYLE = {"push": "green", "pop": "yellow", "pop+push": "cyan", "reject": "magenta", "halt": "bold",
           "format_error": "red", "noop": "dim"}
-
-
-def _default_tools(enabled: bool) -> list[Any]:
-    if not enabled:
-        return []
-    from ..tools import default_tools
-
-    return list(default_tools())
 
 
 def _render_event(console: Console, event: dict[str, Any]) -> None:
@@ -279,112 +193,58 @@ def refuse(error: UserError) -> typer.Exit:
     return typer.Exit(2)
 
 
-_SERVED_PANEL = "Served models and the state monitor"
-_DOCS_PANEL = "Documents"
-
-
 # ----- tcrag ask -----
 def ask(
     question: str = typer.Argument(..., help="The question to answer."),
     *,
-    method: str = typer.Option(
-        "tcrag", "--method",
-        help="The method that answers: tcrag (TC-RAG as configured), a TC-RAG variant (tcrag-cppl, tcrag-uct, "
-        "react, wo-backtrack, wo-summary, wo-monitor), a baseline (base, cot, sr-rag) or another paper's "
-        "method (crp-rag, kag-thinker, diffrag).", rich_help_panel=_MODEL_PANEL),
-    model: Optional[str] = typer.Option(
-        None, help="A model folder, a .gguf file or a served model as provider:name (e.g. openai:NAME for a vLLM "
-        "server); default: the packaged SmolLM2-135M-Instruct.", rich_help_panel=_MODEL_PANEL),
-    device: Optional[str] = typer.Option(None, help="Local models only: where to run it (cpu, cuda, cuda:N, mps).",
-                                         show_default="cpu", rich_help_panel=_MODEL_PANEL),
-    dtype: Optional[str] = typer.Option(None, help="Local models only: float32, bfloat16 or float16.",
-                                        show_default="float32", rich_help_panel=_MODEL_PANEL),
-    backend: Optional[str] = typer.Option(
-        None, help="Local models only: auto (llama.cpp for a .gguf on the CPU, transformers otherwise), "
-        "llama_cpp or transformers.", show_default="auto", rich_help_panel=_MODEL_PANEL),
+    method: MethodOpt = "tcrag",
+    model: ModelOpt = None,
+    device: DeviceOpt = None,
+    dtype: DtypeOpt = None,
+    backend: BackendOpt = None,
     seed: Optional[int] = typer.Option(0, help="Local models only: sampling seed (reproducible runs).",
-                                       rich_help_panel=_MODEL_PANEL),
+                                       rich_help_panel=MODEL_PANEL),
     threads: Optional[int] = typer.Option(None, min=1, help="CPU threads of the local model, torch or llama.cpp "
-                                          "(1 is often faster on a busy machine).",
-                                          rich_help_panel=_MODEL_PANEL),
+                                          "(1 is often faster on a busy machine).", rich_help_panel=MODEL_PANEL),
     tools: bool = typer.Option(True, "--tools/--no-tools", help="Give the agent the medical tools (documents, "
-                               "knowledge graph, encyclopedia, medical records).", rich_help_panel=_MODEL_PANEL),
+                               "knowledge graph, encyclopedia, medical records).", rich_help_panel=MODEL_PANEL),
     as_json: bool = typer.Option(False, "--json", help="Print the run's result as JSON instead of the live view.",
-                                 rich_help_panel=_MODEL_PANEL),
-    scripted: Optional[str] = typer.Option(
-        None, help="For tests and demos: replay a JSON script instead of a language model, monitor and tools.",
-        rich_help_panel=_MODEL_PANEL),
-    base_url: Optional[str] = typer.Option(
-        None, help="Served models: the server's API address (e.g. http://127.0.0.1:8000/v1).",
-        rich_help_panel=_SERVED_PANEL),
-    api_key_env: Optional[str] = typer.Option(
-        None, metavar="NAME", help="Served models: the environment variable holding the API key (the key itself "
-        "never goes on the command line).", rich_help_panel=_SERVED_PANEL),
-    scorer: Optional[str] = typer.Option(
-        None, help="The state monitor: the address of a vLLM or SGLang completions server of the same model "
-        "(e.g. http://127.0.0.1:8000/v1), or a local folder or .gguf file with the same weights; default: the "
-        "model's own weights (local models).", rich_help_panel=_SERVED_PANEL),
-    scorer_model: Optional[str] = typer.Option(
-        None, metavar="NAME", help="The model name the monitor's server knows the model by; default: the name "
-        "in --model.", rich_help_panel=_SERVED_PANEL),
-    scorer_start_text: str = typer.Option(
-        "", help="Text the monitor's server puts before what it scores: the model's start token, for models "
-        "whose server adds none (e.g. '<|im_start|>').", rich_help_panel=_SERVED_PANEL),
-    es_url: Optional[str] = typer.Option(
-        None, envvar="TCRAG_ES_URL", help="Search documents in this Elasticsearch server (built with "
-        "'tcrag index ... --es-url') instead of the embedded collection.", rich_help_panel=_DOCS_PANEL),
-    es_index: str = typer.Option("tcrag-docs", envvar="TCRAG_ES_INDEX", help="The Elasticsearch index to search.",
-                                 rich_help_panel=_DOCS_PANEL),
-    es_api_key_env: Optional[str] = typer.Option(
-        None, metavar="NAME", help="The environment variable holding the Elasticsearch API key.",
-        rich_help_panel=_DOCS_PANEL),
+                                 rich_help_panel=MODEL_PANEL),
+    scripted: ScriptedOpt = None,
+    base_url: BaseUrlOpt = None,
+    api_key_env: ApiKeyEnvOpt = None,
+    scorer: ScorerOpt = None,
+    scorer_model: ScorerModelOpt = None,
+    scorer_start_text: ScorerStartOpt = "",
+    es_url: EsUrlOpt = None,
+    es_index: EsIndexOpt = "tcrag-docs",
+    es_api_key_env: EsApiKeyEnvOpt = None,
     **config_values: Any,
 ) -> None:
     """Answer QUESTION, showing each action, push/pop and state value live."""
-    from pydantic import ValidationError
-
+    from ..agent.spec import AgentSpec
     from ..core.events import EVENT_NAME
     from ..core.result import RunResult
     from ..core.run_input import question_problem
     from ..models.local import LocalChatModel, LocalModelError
-    from .run_options import (api_key_from_env, build_for_face, check_method, check_sigma, make_generator,
-                              make_scorer, make_tools, quiet_library_progress, scripted_run)
 
     err = Console(stderr=True)
     quiet_library_progress()
-    components: dict[str, Any] = {}
     try:
-        check_method(method)
-        if scripted is not None:
-            components = scripted_run(scripted, model=model, device=device, dtype=dtype, backend=backend,
-                                      base_url=base_url, scorer=scorer)
-        try:
-            cfg = config_from_flags(config_values, base=components.get("config"))
-        except ValidationError as exc:
-            first = exc.errors()[0]
-            where = "--" + ".".join(str(part) for part in first["loc"]).replace("_", "-") if first["loc"] else "options"
-            raise UserError("Invalid option", f"{where}: {first['msg']}") from None
-        _, problem = question_problem(question, cfg)
+        spec = AgentSpec.create(
+            method=method, model=model, script=scripted, device=device, dtype=dtype, backend=backend,
+            seed=None if scripted else seed, threads=threads, base_url=base_url, api_key_env=api_key_env,
+            scorer=scorer, scorer_model=scorer_model, scorer_start_text=scorer_start_text,
+            tools="default" if tools else "none", es_url=es_url, es_index=es_index, es_api_key_env=es_api_key_env,
+            config=FACE_FLAGS.config(config_values, base=AgentSpec.base_config(scripted)))
+        _, problem = question_problem(question, spec.config)
         if problem is not None:  # refuse before spending time on loading the model
             raise UserError("Invalid question", problem)
-        api_key = api_key_from_env(api_key_env)
-        es_api_key = api_key_from_env(es_api_key_env, flag="--es-api-key-env")
-        if components:
-            chat, tool_list, state_scorer = components["model"], components["tools"], components["scorer"]
-            if es_url:  # a scripted model driving the real Elasticsearch document tool
-                es_tool = make_tools(True, es_url=es_url, es_index=es_index, es_api_key=es_api_key)[0]
-                tool_list = [es_tool, *(t for t in tool_list if t.name != es_tool.name)]
-        else:
-            chat = make_generator(model, base_url=base_url, api_key=api_key, device=device, dtype=dtype,
-                                  max_new_tokens=cfg.max_new_tokens, temperature=cfg.temperature, seed=seed,
-                                  backend=backend, threads=threads)
-            state_scorer = make_scorer(scorer, generator=chat, served_model=scorer_model, api_key=api_key,
-                                       start_text=scorer_start_text)
-            check_sigma(cfg, chat)  # a missing calibration is refused before the model loads
-            tool_list = make_tools(tools, es_url=es_url, es_index=es_index, es_api_key=es_api_key)
-        graph = build_for_face(method, model=chat, tools=tool_list, scorer=state_scorer, config=cfg)
+        parts = spec.assemble()
+        graph = spec.build(parts)
     except UserError as exc:
         raise refuse(exc) from None
+    chat, tool_list, cfg = parts.model, parts.tools, parts.config
     if threads is not None:
         _limit_threads(threads, chat)
     out = Console()
@@ -396,7 +256,7 @@ def ask(
             raise refuse(UserError("Model error", str(exc))) from None
     if not as_json:
         names = ", ".join(t.name for t in tool_list) or "none"
-        sigma = "auto" if cfg.sigma == "auto" else f"{cfg.effective_sigma:g}"
+        sigma = f"{cfg.effective_sigma:g}"
         label = "TC-RAG" if method == "tcrag" else f"method={method}"
         out.print(f"[bold]{label}[/] metric={cfg.metric} sigma={sigma} "
                   f"max_steps={cfg.max_steps} max_new_tokens={cfg.max_new_tokens} tools={names}", highlight=False)
@@ -456,13 +316,7 @@ class _LiveReply:
         self.live, self.text = None, ""
 
 
-def _ask_signature() -> inspect.Signature:
-    """ask's own parameters, then one keyword parameter per generated config flag (Typer reads this)."""
-    own = [p for p in inspect.signature(ask, eval_str=True).parameters.values() if p.kind is not p.VAR_KEYWORD]
-    return inspect.Signature([*own, *(flag.parameter for flag in config_flags())])
-
-
-ask.__signature__ = _ask_signature()  # type: ignore[attr-defined]
+ask.__signature__ = FACE_FLAGS.signature(ask)  # type: ignore[attr-defined]
 app.command()(ask)
 
 

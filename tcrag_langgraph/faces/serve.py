@@ -359,7 +359,7 @@ def create_app(
             ``config`` and the default tools. A checkpointer the graph already has is kept (a
             durable one the user names); else see ``checkpoint_db`` / ``max_threads``.
         config: base options when ``graph`` is None (``config.caller`` is who unauthenticated runs act for);
-            default: the bounded budgets of ``tcrag ask`` (:data:`~tcrag_langgraph.faces.run_options.FACE_DEFAULTS`).
+            default: the bounded budgets of ``tcrag ask`` (:data:`~tcrag_langgraph.agent.spec.FACE_DEFAULTS`).
         tools: give the default tools to the agent built here.
         checkpoint_db: SQLite file for thread memory (``AsyncSqliteSaver``); default in memory,
             bounded by ``max_threads``.
@@ -383,12 +383,10 @@ def create_app(
     if users is not None and not isinstance(users, UserDirectory):
         raise TypeError(f"users must be a UserDirectory, got {type(users).__name__}")
     if graph is None:
-        from ..methods.registry import DEFAULT_METHOD, build_method
-        from ..tools import default_tools
-        from .run_options import FACE_DEFAULTS
+        from ..agent.spec import AgentSpec
 
-        graph = build_method(DEFAULT_METHOD, config=config if config is not None else TCRAGConfig(**FACE_DEFAULTS),
-                             tools=default_tools() if tools else [])
+        spec = AgentSpec(tools="default" if tools else "none", **({"config": config} if config is not None else {}))
+        graph = spec.build()
     if getattr(graph, "checkpointer", None) is None and checkpoint_db is None:
         graph.checkpointer = BoundedMemorySaver(max_threads=max_threads)
 

@@ -6,9 +6,11 @@ stack (FastAPI, Starlette, the auth layer): the server module is imported when `
 
 from __future__ import annotations
 
-import inspect
 from typing import Any, Optional
 
+from ..agent.flags import (FACE_FLAGS, MODEL_PANEL, ApiKeyEnvOpt, BackendOpt, BaseUrlOpt, DeviceOpt, DtypeOpt,
+                           EsApiKeyEnvOpt, EsIndexOpt, EsUrlOpt, MethodOpt, ModelOpt, ScorerModelOpt, ScorerOpt,
+                           ScorerStartOpt, ScriptedOpt)
 from .serve_guard import ServeCaps
 
 __all__ = ["register"]
@@ -20,8 +22,8 @@ def register(app: Any) -> None:
     monitor and Elasticsearch options, and the server's own."""
     import typer
 
-    from .cli import config_flags, config_from_flags, refuse
-    from .run_options import UserError
+    from ..agent.spec import UserError
+    from .cli import quiet_library_progress, refuse
 
     server_panel = "Server"
 
@@ -30,40 +32,21 @@ def register(app: Any) -> None:
         host: str = typer.Option("127.0.0.1", help="Network interface to listen on (this machine only by default).",
                                  rich_help_panel=server_panel),
         port: int = typer.Option(8000, min=0, max=65535, help="TCP port.", rich_help_panel=server_panel),
-        method: str = typer.Option("tcrag", "--method", help="The method that answers (the names of tcrag ask "
-                                   "--method).", rich_help_panel="Model, tools and output"),
-        model: Optional[str] = typer.Option(
-            None, help="A model folder, a .gguf file or a served model as provider:name (e.g. openai:NAME); "
-            "default: the packaged SmolLM2-135M-Instruct.", rich_help_panel="Model, tools and output"),
-        device: Optional[str] = typer.Option(None, help="Local models only: where to run it (cpu, cuda, cuda:N, mps).",
-                                             show_default="cpu", rich_help_panel="Model, tools and output"),
-        dtype: Optional[str] = typer.Option(None, help="Local models only: float32, bfloat16 or float16.",
-                                            show_default="float32", rich_help_panel="Model, tools and output"),
+        method: MethodOpt = "tcrag",
+        model: ModelOpt = None,
+        device: DeviceOpt = None,
+        dtype: DtypeOpt = None,
+        backend: BackendOpt = None,
         tools: bool = typer.Option(True, "--tools/--no-tools", help="Give the agent the medical tools.",
-                                   rich_help_panel="Model, tools and output"),
-        base_url: Optional[str] = typer.Option(
-            None, help="Served models: the server's API address (e.g. http://127.0.0.1:8000/v1).",
-            rich_help_panel="Served models and the state monitor"),
-        api_key_env: Optional[str] = typer.Option(
-            None, metavar="NAME", help="Served models: the environment variable holding the API key.",
-            rich_help_panel="Served models and the state monitor"),
-        scorer: Optional[str] = typer.Option(
-            None, help="The state monitor: a vLLM or SGLang completions server of the same model, or a local "
-            "folder or .gguf file with the same weights; default: the model's own weights (local models).",
-            rich_help_panel="Served models and the state monitor"),
-        scorer_model: Optional[str] = typer.Option(
-            None, metavar="NAME", help="The model name the monitor's server knows the model by.",
-            rich_help_panel="Served models and the state monitor"),
-        scorer_start_text: str = typer.Option(
-            "", help="Text the monitor's server puts before what it scores (the model's start token).",
-            rich_help_panel="Served models and the state monitor"),
-        es_url: Optional[str] = typer.Option(None, envvar="TCRAG_ES_URL", help="Search documents in this "
-                                             "Elasticsearch server instead of the embedded collection.",
-                                             rich_help_panel="Documents"),
-        es_index: str = typer.Option("tcrag-docs", envvar="TCRAG_ES_INDEX", help="The Elasticsearch index to search.",
-                                     rich_help_panel="Documents"),
-        es_api_key_env: Optional[str] = typer.Option(None, metavar="NAME", help="The environment variable holding "
-                                                     "the Elasticsearch API key.", rich_help_panel="Documents"),
+                                   rich_help_panel=MODEL_PANEL),
+        base_url: BaseUrlOpt = None,
+        api_key_env: ApiKeyEnvOpt = None,
+        scorer: ScorerOpt = None,
+        scorer_model: ScorerModelOpt = None,
+        scorer_start_text: ScorerStartOpt = "",
+        es_url: EsUrlOpt = None,
+        es_index: EsIndexOpt = "tcrag-docs",
+        es_api_key_env: EsApiKeyEnvOpt = None,
         checkpoint_db: Optional[str] = typer.Option(None, help="SQLite file keeping conversations across restarts.",
                                                     rich_help_panel=server_panel),
         max_threads: int = typer.Option(1000, min=1, help="Conversations kept in memory (without --checkpoint-db).",
@@ -76,9 +59,7 @@ def register(app: Any) -> None:
             help="A host name clients use to reach this server (repeatable; the loopback names always work)."),
         max_body_bytes: int = typer.Option(64 * 1024, min=1, help="Largest request body (bytes).",
                                            rich_help_panel=server_panel),
-        scripted: Optional[str] = typer.Option(
-            None, help="For tests and demos: replay a JSON script instead of a language model.",
-            rich_help_panel=server_panel),
+        scripted: ScriptedOpt = None,
         log_level: str = typer.Option("info", help="Server log level (critical, error, warning, info, debug).",
                                       rich_help_panel=server_panel),
         cap_max_steps: int = typer.Option(ServeCaps().max_steps, min=1, max=1000, rich_help_panel=server_panel,
@@ -95,12 +76,9 @@ def register(app: Any) -> None:
     ) -> None:
         """Serve the agent over HTTP (LangServe): /tcrag/invoke, /stream, /stream_events, /playground/."""
         import uvicorn
-        from pydantic import ValidationError as _ValidationError
 
-        from ..core.config import TCRAGConfig
+        from ..agent.spec import AgentSpec
         from .auth import UserDirectory
-        from .run_options import (FACE_DEFAULTS, api_key_from_env, build_for_face, check_method, check_sigma,
-                                  make_generator, make_scorer, make_tools, quiet_library_progress, scripted_run)
         from .serve import LOOPBACK_HOSTS, check_exposure, create_app, is_loopback
 
         quiet_library_progress()
@@ -110,40 +88,13 @@ def register(app: Any) -> None:
                 warning = check_exposure(host, authenticated=users is not None)
             except ValueError as exc:
                 raise UserError("Invalid option", str(exc)) from None
-            check_method(method)
-            components: dict[str, Any] = {}
-            if scripted:
-                components = scripted_run(scripted, model=model, device=device, dtype=dtype, base_url=base_url,
-                                          scorer=scorer)
-            try:
-                base = None
-                if components:  # the script's own settings over the faces' bounded budgets
-                    script_cfg = components["config"]
-                    base = TCRAGConfig(**{**FACE_DEFAULTS, **{k: getattr(script_cfg, k)
-                                                             for k in script_cfg.model_fields_set}})
-                cfg = config_from_flags(config_values, base=base)
-            except _ValidationError as exc:
-                first = exc.errors()[0]
-                where = "--" + ".".join(str(p) for p in first["loc"]).replace("_", "-") if first["loc"] else "options"
-                raise UserError("Invalid option", f"{where}: {first['msg']}") from None
-            if components:
-                tool_list = components["tools"]
-                if es_url:  # a scripted model driving the real Elasticsearch document tool
-                    es_tool = make_tools(True, es_url=es_url, es_index=es_index,
-                                         es_api_key=api_key_from_env(es_api_key_env, flag="--es-api-key-env"))[0]
-                    tool_list = [es_tool, *(t for t in tool_list if t.name != es_tool.name)]
-                graph = build_for_face(method, model=components["model"], tools=tool_list,
-                                       scorer=components["scorer"], config=cfg)
-            else:
-                api_key = api_key_from_env(api_key_env)
-                chat = make_generator(model, base_url=base_url, api_key=api_key, device=device, dtype=dtype,
-                                      max_new_tokens=cfg.max_new_tokens, temperature=cfg.temperature)
-                state_scorer = make_scorer(scorer, generator=chat, served_model=scorer_model, api_key=api_key,
-                                           start_text=scorer_start_text)
-                check_sigma(cfg, chat)
-                tool_list = make_tools(tools, es_url=es_url, es_index=es_index,
-                                       es_api_key=api_key_from_env(es_api_key_env, flag="--es-api-key-env"))
-                graph = build_for_face(method, model=chat, tools=tool_list, scorer=state_scorer, config=cfg)
+            spec = AgentSpec.create(
+                method=method, model=model, script=scripted, device=device, dtype=dtype, backend=backend,
+                base_url=base_url, api_key_env=api_key_env, scorer=scorer, scorer_model=scorer_model,
+                scorer_start_text=scorer_start_text, tools="default" if tools else "none", es_url=es_url,
+                es_index=es_index, es_api_key_env=es_api_key_env,
+                config=FACE_FLAGS.config(config_values, base=AgentSpec.base_config(scripted)))
+            graph = spec.build()
         except UserError as exc:
             raise refuse(exc) from None
         if warning:
@@ -161,6 +112,5 @@ def register(app: Any) -> None:
                    + (" [SCRIPTED model: not a language model]" if scripted else ""), err=True)
         uvicorn.run(application, host=host, port=port, log_level=log_level)
 
-    own = [p for p in inspect.signature(serve, eval_str=True).parameters.values() if p.kind is not p.VAR_KEYWORD]
-    serve.__signature__ = inspect.Signature([*own, *(flag.parameter for flag in config_flags())])  # type: ignore[attr-defined]
+    serve.__signature__ = FACE_FLAGS.signature(serve)  # type: ignore[attr-defined]
     app.command()(serve)

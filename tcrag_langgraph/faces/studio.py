@@ -40,42 +40,24 @@ _build_lock = threading.Lock()
 def make_graph(*, script: Optional[str] = None, tools: bool = True, method: str = "tcrag"):
     """The graph Studio serves for registry method ``method``: scripted if ``script`` (or
     ``$TCRAG_STUDIO_SCRIPTED``) is set, else the real agent with the default tools and the bounded
-    budgets of ``tcrag ask`` (:data:`~tcrag_langgraph.faces.run_options.FACE_DEFAULTS`). Its model
-    is the packaged one unless ``$TCRAG_MODEL`` names another as ``tcrag ask --model`` does (a
-    ``.gguf`` file, a model folder, ``provider:name``), with ``$TCRAG_BASE_URL`` and
-    ``$TCRAG_API_KEY_ENV`` (the NAME of the variable holding the key) for a served one; the monitor
-    is the model's own weights unless ``$TCRAG_SCORER`` (``$TCRAG_SCORER_MODEL``,
-    ``$TCRAG_SCORER_START_TEXT``) names another, as ``--scorer``; ``$TCRAG_ES_URL`` searches an
-    Elasticsearch index. A bad value is a :class:`~tcrag_langgraph.faces.run_options.UserError`
-    (one line in the server log). Never has a checkpointer."""
-    from tcrag_langgraph.core.config import TCRAGConfig
-    from tcrag_langgraph.faces.run_options import FACE_DEFAULTS
-    from tcrag_langgraph.methods.registry import build_method
+    budgets of ``tcrag ask`` (:data:`~tcrag_langgraph.agent.spec.FACE_DEFAULTS`), built by
+    :class:`~tcrag_langgraph.agent.spec.AgentSpec` as every face's agent is. Its model is the
+    packaged one unless ``$TCRAG_MODEL`` names another as ``tcrag ask --model`` does (a ``.gguf``
+    file, a model folder, ``provider:name``), with ``$TCRAG_BASE_URL`` and ``$TCRAG_API_KEY_ENV``
+    (the NAME of the variable holding the key) for a served one; the monitor is the model's own
+    weights unless ``$TCRAG_SCORER`` (``$TCRAG_SCORER_MODEL``, ``$TCRAG_SCORER_START_TEXT``) names
+    another, as ``--scorer``; ``$TCRAG_ES_URL`` searches an Elasticsearch index (the variables:
+    :data:`~tcrag_langgraph.agent.spec.ENV`). A bad value is a
+    :class:`~tcrag_langgraph.agent.spec.UserError` (one line in the server log). Never has a checkpointer."""
+    from tcrag_langgraph.agent.spec import AgentSpec
 
     script = script or os.environ.get(SCRIPT_ENV) or None
+    config = AgentSpec.base_config(script)
     if script:
-        from tcrag_langgraph.testing import scripted_components
-
-        parts = scripted_components(script)
-        own = parts["config"]
-        cfg = TCRAGConfig(**{**FACE_DEFAULTS, **{k: getattr(own, k) for k in own.model_fields_set}})
+        spec = AgentSpec.create(method=method, script=script, tools="default" if tools else "none", config=config)
         # a scripted scorer has no token log-probs: KAG-Thinker's likelihood test is off in that demo
-        options = {"knowledge_boundary": False} if method == "kag-thinker" else None
-        return build_method(method, model=parts["model"], tools=parts["tools"], scorer=parts["scorer"], config=cfg,
-                            options=options)
-    from tcrag_langgraph.faces import run_options as face
-
-    env = {name: os.environ.get(name) or None for name in (
-        face.MODEL_ENV, face.BASE_URL_ENV, face.API_KEY_ENV_ENV, face.SCORER_ENV, face.SCORER_MODEL_ENV,
-        face.SCORER_START_ENV, face.ES_URL_ENV, face.ES_INDEX_ENV)}
-    cfg = TCRAGConfig(**FACE_DEFAULTS)
-    api_key = face.api_key_from_env(env[face.API_KEY_ENV_ENV], flag=face.API_KEY_ENV_ENV)
-    generator = face.make_generator(env[face.MODEL_ENV], base_url=env[face.BASE_URL_ENV], api_key=api_key,
-                                    max_new_tokens=cfg.max_new_tokens, temperature=cfg.temperature)
-    scorer = face.make_scorer(env[face.SCORER_ENV], generator=generator, served_model=env[face.SCORER_MODEL_ENV],
-                              api_key=api_key, start_text=env[face.SCORER_START_ENV] or "")
-    return face.build_for_face(method, model=generator, config=cfg, scorer=scorer,
-                               tools=face.make_tools(tools, es_url=env[face.ES_URL_ENV], es_index=env[face.ES_INDEX_ENV]))
+        return spec.build(options={"knowledge_boundary": False} if method == "kag-thinker" else None)
+    return AgentSpec.from_env(method=method, tools=tools, config=config).build()
 
 
 def _the_graph(method: str = "tcrag"):

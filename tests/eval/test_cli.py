@@ -128,8 +128,13 @@ def test_calibrate_crp_rag_stores_its_sufficiency_threshold_for_auto(app, data, 
 
 
 def test_eval_model_names_go_through_resolve_chat_model(app, data, tmp_path, monkeypatch):
-    from tcrag_langgraph.eval.components import resolve_model
+    from tcrag_langgraph.agent.spec import AgentSpec
+    from tcrag_langgraph.core.config import TCRAGConfig
     from tcrag_langgraph.models.local import LocalChatModel
+
+    def resolve_model(name, *, max_new_tokens, temperature):  # as tcrag eval names its model
+        return AgentSpec(model=name, config=TCRAGConfig(max_new_tokens=max_new_tokens,
+                                                        temperature=temperature)).generator()
 
     # A .gguf path and a folder become LocalChatModel with the run's settings (nothing is loaded yet).
     gguf = tmp_path / "tiny.gguf"

@@ -1,7 +1,7 @@
 """``tcrag eval --concurrency N`` against a served model (issue 24 item 1): a real loopback
 OpenAI-compatible server (tests/completions_logprob_server.py) generates with the packaged SmolLM2
 weights and gives the TC-RAG monitor its prompt log-probs; the runs are built the way ``tcrag eval``
-builds them (its own model, tool and scorer resolvers, methods from the registry) and run by
+builds them (one AgentSpec, its parts shared by the methods) and run by
 ``run_evaluation``. One at a time and four at a time must give the same greedy rows, field for field
 (answers, halts, steps, retrievals, evidence, rejected Conclusions, state values, tokens), in the
 same order in ``results.jsonl``; the server's own counters show the four really overlapped.
@@ -17,11 +17,10 @@ import json
 import httpx
 import pytest
 
+from tcrag_langgraph.agent.spec import AgentSpec
 from tcrag_langgraph.core.config import TCRAGConfig
-from tcrag_langgraph.eval.components import resolve_model, resolve_scorer, resolve_tools
 from tcrag_langgraph.eval.datasets import load_dataset, sample_records
 from tcrag_langgraph.eval.runner import read_results, run_evaluation
-from tcrag_langgraph.methods.registry import build_methods
 
 from ..helpers_servers import REPO, free_port, python_cmd, server_process
 
@@ -30,6 +29,8 @@ pytestmark = pytest.mark.slow  # the real packaged model behind a real server
 #: the whole row but the wall time (which includes waiting for the other runs)
 VARIES = {"wall_time_s"}
 METHODS = ["tcrag-cppl", "base"]
+#: the variable naming the loopback server's key, as --api-key-env does (a spec never holds a key)
+KEY_ENV = "TCRAG_TEST_LOOPBACK_KEY"
 
 
 @pytest.fixture(scope="module")
@@ -37,7 +38,9 @@ def served(tmp_path_factory):
     port = free_port()
     log = tmp_path_factory.mktemp("served") / "server.log"
     cmd = python_cmd(str(REPO / "tests" / "completions_logprob_server.py"), "--port", str(port), "--parallel", "2")
-    with server_process(cmd, ready_url=f"http://127.0.0.1:{port}/health", log=log, timeout=180):
+    with server_process(cmd, ready_url=f"http://127.0.0.1:{port}/health", log=log, timeout=180), \
+            pytest.MonkeyPatch.context() as env:
+        env.setenv(KEY_ENV, "sk-loopback-unchecked")
         yield f"http://127.0.0.1:{port}"
 
 
@@ -45,13 +48,12 @@ def _graphs(url: str, records):
     """What ``tcrag eval --model openai:smollm2 --base-url URL/v1 --scorer URL/v1 --tools docs
     --method tcrag-cppl,base --max-steps 1 --max-new-tokens 24 --temperature 0`` builds, with no
     format re-prompts and observations cut to 96 tokens (fewer, shorter prompts: a CPU server)."""
-    chat = resolve_model("openai:smollm2", max_new_tokens=24, temperature=0.0, base_url=f"{url}/v1",
-                         api_key="sk-loopback-unchecked")
-    scorer = resolve_scorer(f"{url}/v1", chat, api_key="sk-loopback-unchecked")
-    tools = resolve_tools("docs")
     cfg = TCRAGConfig(max_steps=1, max_new_tokens=24, temperature=0.0, max_format_retries=0,
                       max_observation_tokens=96)
-    return build_methods(METHODS, model=chat, tools=tools, scorer=scorer, config=cfg)
+    spec = AgentSpec(model="openai:smollm2", base_url=f"{url}/v1", api_key_env=KEY_ENV, scorer=f"{url}/v1",
+                     tools="docs", config=cfg)
+    parts = spec.assemble(METHODS, share_monitor=True)
+    return {name: spec.build(parts, method=name) for name in METHODS}
 
 
 def test_four_runs_in_flight_give_the_rows_of_one_at_a_time(served, tmp_path):
