@@ -19,10 +19,10 @@ from typing import Annotated, Any, Callable, Literal, Mapping, Optional
 import typer
 
 from ..core.config import TCRAGConfig
-from .spec import FACE_DEFAULTS, UserError
+from .spec import FACE_DEFAULTS, AgentSpec, UserError
 
 __all__ = ["ConfigFlag", "ConfigFlags", "FACE_FLAGS", "EVAL_FLAGS", "NOT_FLAGS", "FLAG_HELP", "config_flags",
-           "config_from_flags"]
+           "config_from_flags", "face_spec"]
 
 #: TCRAGConfig fields that are no flag of any command, and why
 NOT_FLAGS: dict[str, str] = {
@@ -147,6 +147,21 @@ class ConfigFlags:
         own = [p for p in inspect.signature(command, eval_str=True).parameters.values()
                if p.kind is not p.VAR_KEYWORD]
         return inspect.Signature([*own, *(flag.parameter for flag in self.flags())])
+
+
+def face_spec(flags: Mapping[str, Any]) -> AgentSpec:
+    """The agent of ``tcrag ask`` / ``tcrag serve`` from their flags, which are named as
+    :class:`AgentSpec`'s fields and TCRAGConfig's (``scripted`` is ``script``; ``--tools/--no-tools``
+    the default tools or none; a script replaces the model, so ``seed`` goes with it). The run options
+    apply over the faces' budgets and a script's own settings; other names (the command's own) are
+    left out. Every problem is a :class:`UserError`."""
+    script = flags.get("scripted")
+    config = FACE_FLAGS.config({flag.field: flags.get(flag.field) for flag in FACE_FLAGS.flags()},
+                               base=AgentSpec.base_config(script))
+    own = {name: flags[name] for name in AgentSpec.model_fields
+           if name in flags and name not in ("tools", "config", "script") and not (script and name == "seed")}
+    return AgentSpec.create(script=script, tools="default" if flags.get("tools", True) else "none", config=config,
+                            **own)
 
 
 #: ``tcrag ask`` and ``tcrag serve``: every field but :data:`NOT_FLAGS`, from the faces' bounded budgets

@@ -20,7 +20,7 @@ from typer.core import TyperGroup
 
 from ..agent.flags import (FACE_FLAGS, MODEL_PANEL, ApiKeyEnvOpt, BackendOpt, BaseUrlOpt, DeviceOpt, DtypeOpt,
                            EsApiKeyEnvOpt, EsIndexOpt, EsUrlOpt, MethodOpt, ModelOpt, ScorerModelOpt, ScorerOpt,
-                           ScorerStartOpt, ScriptedOpt)
+                           ScorerStartOpt, ScriptedOpt, face_spec)
 from ..agent.spec import UserError, one_line
 
 
@@ -222,7 +222,7 @@ def ask(
     **config_values: Any,
 ) -> None:
     """Answer QUESTION, showing each action, push/pop and state value live."""
-    from ..agent.spec import AgentSpec
+    flags = dict(locals())  # the options, named as AgentSpec's fields (agent.flags.face_spec reads them)
     from ..core.events import EVENT_NAME
     from ..core.result import RunResult
     from ..core.run_input import question_problem
@@ -231,12 +231,7 @@ def ask(
     err = Console(stderr=True)
     quiet_library_progress()
     try:
-        spec = AgentSpec.create(
-            method=method, model=model, script=scripted, device=device, dtype=dtype, backend=backend,
-            seed=None if scripted else seed, threads=threads, base_url=base_url, api_key_env=api_key_env,
-            scorer=scorer, scorer_model=scorer_model, scorer_start_text=scorer_start_text,
-            tools="default" if tools else "none", es_url=es_url, es_index=es_index, es_api_key_env=es_api_key_env,
-            config=FACE_FLAGS.config(config_values, base=AgentSpec.base_config(scripted)))
+        spec = face_spec({**flags, **config_values})
         _, problem = question_problem(question, spec.config)
         if problem is not None:  # refuse before spending time on loading the model
             raise UserError("Invalid question", problem)

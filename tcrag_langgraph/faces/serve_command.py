@@ -10,7 +10,7 @@ from typing import Any, Optional
 
 from ..agent.flags import (FACE_FLAGS, MODEL_PANEL, ApiKeyEnvOpt, BackendOpt, BaseUrlOpt, DeviceOpt, DtypeOpt,
                            EsApiKeyEnvOpt, EsIndexOpt, EsUrlOpt, MethodOpt, ModelOpt, ScorerModelOpt, ScorerOpt,
-                           ScorerStartOpt, ScriptedOpt)
+                           ScorerStartOpt, ScriptedOpt, face_spec)
 from .serve_guard import ServeCaps
 
 __all__ = ["register"]
@@ -75,9 +75,9 @@ def register(app: Any) -> None:
         **config_values: Any,
     ) -> None:
         """Serve the agent over HTTP (LangServe): /tcrag/invoke, /stream, /stream_events, /playground/."""
+        flags = dict(locals())  # the options, named as AgentSpec's fields (agent.flags.face_spec reads them)
         import uvicorn
 
-        from ..agent.spec import AgentSpec
         from .auth import UserDirectory
         from .serve import LOOPBACK_HOSTS, check_exposure, create_app, is_loopback
 
@@ -88,12 +88,7 @@ def register(app: Any) -> None:
                 warning = check_exposure(host, authenticated=users is not None)
             except ValueError as exc:
                 raise UserError("Invalid option", str(exc)) from None
-            spec = AgentSpec.create(
-                method=method, model=model, script=scripted, device=device, dtype=dtype, backend=backend,
-                base_url=base_url, api_key_env=api_key_env, scorer=scorer, scorer_model=scorer_model,
-                scorer_start_text=scorer_start_text, tools="default" if tools else "none", es_url=es_url,
-                es_index=es_index, es_api_key_env=es_api_key_env,
-                config=FACE_FLAGS.config(config_values, base=AgentSpec.base_config(scripted)))
+            spec = face_spec({**flags, **config_values})
             graph = spec.build()
         except UserError as exc:
             raise refuse(exc) from None
