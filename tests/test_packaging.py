@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shutil
 import subprocess
 import sys
 import zipfile
@@ -23,7 +24,12 @@ def test_editable_install_maps_tools_and_prompts():
 
 @pytest.mark.slow
 def test_wheel_carries_tools_prompts_and_data(tmp_path):
-    build = subprocess.run([sys.executable, "-m", "pip", "wheel", str(ROOT), "--no-deps", "--no-build-isolation",
+    # built from a copy without build/: setuptools reuses a source tree's build/lib, so a module deleted
+    # since the last build there would still be packaged (a wheel that passes only on a clean clone)
+    source = tmp_path / "source"
+    shutil.copytree(ROOT, source, ignore=shutil.ignore_patterns(".git", ".venv", "build", "*.egg-info", "__pycache__",
+                                                                "runs", ".pytest_cache"))
+    build = subprocess.run([sys.executable, "-m", "pip", "wheel", str(source), "--no-deps", "--no-build-isolation",
                             "-v", "-w", str(tmp_path)], check=True, capture_output=True, text=True)
     # nothing in the project's own configuration makes setuptools warn (license table, data folders)
     assert "BuildBackendWarning" not in build.stdout + build.stderr, build.stdout[-3000:] + build.stderr[-3000:]
