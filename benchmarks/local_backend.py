@@ -97,7 +97,7 @@ def llama_speed(path: str, threads: int, new_tokens: int) -> dict[str, float]:
 def transformers_speed(path: str, threads: int, new_tokens: int) -> dict[str, float]:
     import torch
 
-    from tcrag_langgraph.models.local import load_local_model
+    from tcrag_langgraph.models.weights import load_local_model
 
     torch.set_num_threads(threads)
     lm = load_local_model(path)
@@ -136,7 +136,7 @@ def section_speed(args) -> None:
         slow = transformers_speed(path, args.threads, max(4, args.new_tokens // 4))
         fp32_bytes = None
         try:
-            from tcrag_langgraph.models.local import load_local_model
+            from tcrag_langgraph.models.weights import load_local_model
 
             m = load_local_model(path).model
             fp32_bytes = sum(p.numel() * p.element_size() for p in m.parameters())
@@ -149,9 +149,9 @@ def section_speed(args) -> None:
               f"prefill {fast['prefill_tps'] / slow['prefill_tps']:.1f}x", flush=True)
         import gc
 
-        from tcrag_langgraph.models import local
+        from tcrag_langgraph.models import weights
 
-        local._load_cached.cache_clear()
+        weights._load_cached.cache_clear()
         gc.collect()
 
 

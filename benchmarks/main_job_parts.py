@@ -90,7 +90,7 @@ def embed(rounds: int, bulk: int) -> None:
 def weights(rounds: int, prompt_tokens: int, new_tokens: int) -> None:
     from tcrag_langgraph.models.gguf_files import f16_copy
     from tcrag_langgraph.models.llama_cpp_native import logits_row
-    from tcrag_langgraph.models.local import default_model_source
+    from tcrag_langgraph.models.weights import default_model_source
 
     import llama_cpp
 

@@ -33,7 +33,7 @@ def main() -> None:
     import torch
 
     from tcrag_langgraph.models.llama_cpp import load_llama_model
-    from tcrag_langgraph.models.local import load_local_model
+    from tcrag_langgraph.models.weights import load_local_model
     from tcrag_langgraph.monitor.llama_cpp import LlamaCppScorer
     from tcrag_langgraph.monitor.scoring import LocalLMScorer
     from tests.test_llama_cpp import fifty_pairs

@@ -65,7 +65,7 @@ def main() -> None:
     p.add_argument("--repeat", type=int, default=3, help="frames scored per cell and variant")
     args = p.parse_args()
     set_threads(args.threads)
-    from tcrag_langgraph.models.local import load_local_model
+    from tcrag_langgraph.models.weights import load_local_model
     from tcrag_langgraph.monitor.scoring import LocalLMScorer
 
     lm = load_local_model()

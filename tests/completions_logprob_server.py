@@ -40,7 +40,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
 
-from tcrag_langgraph.models.local import load_local_model
+from tcrag_langgraph.models.weights import load_local_model
 
 MODEL_NAME = "smollm2"
 

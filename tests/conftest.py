@@ -26,7 +26,7 @@ def one_torch_thread():
 @pytest.fixture(scope="module")
 def lm():
     """The packaged local model (loaded once per process). A missing model is an error, not a skip."""
-    from tcrag_langgraph.models.local import load_local_model
+    from tcrag_langgraph.models.weights import load_local_model
 
     return load_local_model()
 

@@ -73,7 +73,7 @@ def test_langchain_huggingface_chat_model_works_as_the_generator():
     from langchain_huggingface import ChatHuggingFace, HuggingFacePipeline
     from transformers import pipeline
 
-    from tcrag_langgraph.models.local import load_local_model
+    from tcrag_langgraph.models.weights import load_local_model
     from tcrag_langgraph.monitor.scoring import LocalLMScorer
 
     lm = load_local_model()

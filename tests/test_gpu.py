@@ -24,7 +24,7 @@ MODEL = os.environ.get("TCRAG_GPU_TEST_MODEL") or None
 @pytest.fixture(scope="module")
 def reference():
     """The model under test on the CPU in float32: the reference the GPU results are compared with."""
-    from tcrag_langgraph.models.local import load_local_model
+    from tcrag_langgraph.models.weights import load_local_model
 
     return load_local_model(MODEL)
 
@@ -35,7 +35,7 @@ TEXT = "Vitamin C treats scurvy."
 
 @pytest.mark.parametrize("dtype,rel", [("float32", 1e-3), ("bfloat16", 0.15), ("float16", 0.05)])
 def test_scores_on_the_gpu_agree_with_the_cpu_reference(reference, dtype, rel):
-    from tcrag_langgraph.models.local import load_local_model
+    from tcrag_langgraph.models.weights import load_local_model
 
     gpu = load_local_model(MODEL, device="cuda", dtype=dtype)
     assert gpu.device.type == "cuda" and next(gpu.model.parameters()).dtype == getattr(torch, dtype)

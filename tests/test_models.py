@@ -15,15 +15,9 @@ import pytest
 import torch
 from langchain_core.language_models.fake_chat_models import FakeListChatModel
 
-from tcrag_langgraph.models.local import (
-    DTYPES,
-    LocalChatModel,
-    device_syntax,
-    LocalModelError,
-    default_model_source,
-    load_local_model,
-    validate_device,
-)
+from tcrag_langgraph.models.local import LocalChatModel
+from tcrag_langgraph.models.weights import (DTYPES, LocalModelError, default_model_source, device_syntax, load_local_model,
+                                            validate_device)
 from tcrag_langgraph.models.resolve import resolve_chat_model
 from tcrag_langgraph.monitor.scoring import LocalLMScorer
 
@@ -163,7 +157,7 @@ def test_a_gguf_path_is_converted_once_with_a_message_and_cached(tmp_path, lm):
     gguf = packaged_gguf()
     script = (
         "import json, sys, torch\n"
-        "from tcrag_langgraph.models.local import load_local_model, gguf_cache_folder\n"
+        "from tcrag_langgraph.models.weights import gguf_cache_folder, load_local_model\n"
         f"lm = load_local_model({str(gguf)!r})\n"
         "ids = lm.tokenizer('What treats scurvy? Vitamin C.', return_tensors='pt')['input_ids']\n"
         "with torch.no_grad(): logits = lm.model(ids).logits[0, -1]\n"

@@ -228,7 +228,8 @@ class AgentSpec(BaseModel):
     # ----- the parts -----
     def generator(self) -> Any:
         """The chat model :attr:`model` names, with the config's generation settings; nothing is loaded."""
-        from ..models.local import DTYPES, LocalChatModel, LocalModelError, device_syntax
+        from ..models.local import LocalChatModel
+        from ..models.weights import DTYPES, LocalModelError, device_syntax
         from ..models.resolve import looks_like_path, resolve_chat_model
 
         if self.dtype is not None and self.dtype not in DTYPES:

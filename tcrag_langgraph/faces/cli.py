@@ -226,7 +226,8 @@ def ask(
     from ..core.events import EVENT_NAME
     from ..core.result import RunResult
     from ..core.run_input import question_problem
-    from ..models.local import LocalChatModel, LocalModelError
+    from ..models.local import LocalChatModel
+    from ..models.weights import LocalModelError
 
     err = Console(stderr=True)
     quiet_library_progress()

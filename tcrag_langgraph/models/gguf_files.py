@@ -10,7 +10,7 @@ from typing import Optional
 
 from .cache_entries import has_record, prune_stale, record_source
 from .llama_cpp_native import default_threads, import_llama_cpp, quiet_native
-from .local import LocalModelError, cache_dir
+from .weights import LocalModelError, cache_dir
 
 __all__ = ["GGUF_MAGIC", "check_gguf_file", "check_gguf_magic", "gguf_architecture", "gguf_file_type", "f16_copy"]
 

@@ -30,7 +30,7 @@ Around it: :mod:`.gguf_files` (file checks, the float16 copy), :mod:`.llama_cpp_
 batches with logits at chosen positions) and :mod:`.llama_cpp_states` (saved branches and prefixes).
 
 A GGUF whose architecture llama.cpp cannot load falls back to transformers (one line on stderr); a
-truncated or corrupt file is a :class:`~tcrag_langgraph.models.local.LocalModelError` naming it.
+truncated or corrupt file is a :class:`~tcrag_langgraph.models.weights.LocalModelError` naming it.
 """
 
 from __future__ import annotations
@@ -52,7 +52,8 @@ from .gguf_files import check_gguf_file, check_gguf_magic, f16_copy, gguf_archit
 from .kv_cache import CacheStats
 from .llama_cpp_native import default_threads, import_llama_cpp, require_gpu_offload
 from .llama_cpp_states import BranchStash, PrefixFiles, common_prefix, reusable_prefix
-from .local import LocalChatModel, LocalModelError, cache_dir, chat_turns, default_model_source, message_role
+from .local import LocalChatModel, chat_turns, message_role
+from .weights import LocalModelError, cache_dir, default_model_source
 from .speculative import SpeculativeStats, speculative_greedy
 
 __all__ = [

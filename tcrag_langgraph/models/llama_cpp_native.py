@@ -12,7 +12,7 @@ import os
 import sys
 from typing import Any, Callable
 
-from .local import LocalModelError
+from .weights import LocalModelError
 
 __all__ = ["import_llama_cpp", "quiet_native", "default_threads", "require_gpu_offload", "decode_at", "logits_row", "log_softmax_at"]
 

@@ -108,7 +108,7 @@ def default_calibration_path(model_id: str, metric: str, task: Optional[str] = N
         >>> default_calibration_path("qwen-1.5b", "answer_prob", "pubmedqa").name
         'qwen-1.5b.pubmedqa.answer_prob.json'
     """
-    from ..models.local import cache_dir
+    from ..models.weights import cache_dir
 
     if metric not in METRICS:
         raise ValueError(f"unknown metric {metric!r}; use one of {', '.join(METRICS)}")

@@ -7,7 +7,8 @@ from __future__ import annotations
 import threading
 from typing import Any
 
-from ..models.local import LocalChatModel, LocalModel
+from ..models.local import LocalChatModel
+from ..models.weights import LocalModel
 from .scoring import LocalLMScorer, MonitorUnavailableError, StateScorer
 
 __all__ = ["scorer_for_model"]

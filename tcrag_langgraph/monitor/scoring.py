@@ -34,7 +34,7 @@ import threading
 from typing import Any, Callable, Literal, NamedTuple, Optional, Protocol, runtime_checkable
 
 from ..models.kv_cache import PrefixStateCache, cache_keyword, crop_cache
-from ..models.local import LocalModel, load_local_model
+from ..models.weights import LocalModel, load_local_model
 from .state_values import LogprobScorer, token_logprobs_to_metric
 
 __all__ = [
@@ -118,7 +118,7 @@ class LocalLMScorer(LogprobScorer):
         max_tokens: int = 4096,
         prefix_cache: int = 8,
     ) -> None:
-        from ..models.local import validate_dtype
+        from ..models.weights import validate_dtype
 
         if max_tokens < 8:
             raise ValueError("max_tokens must be at least 8")

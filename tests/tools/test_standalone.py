@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 import tcrag_langgraph.tools as tools_pkg
 
-FORBIDDEN = ("tcrag_langgraph.methods.tcrag.graph", "tcrag_langgraph.models.local", "langgraph.graph", "torch", "transformers", "sentence_transformers")
+FORBIDDEN = ("tcrag_langgraph.methods.tcrag.graph", "tcrag_langgraph.models.local", "tcrag_langgraph.models.weights", "langgraph.graph", "torch", "transformers", "sentence_transformers")
 
 PROBE = """
 import importlib, json, sys

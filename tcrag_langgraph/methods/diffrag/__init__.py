@@ -19,7 +19,7 @@ Storage: one rdflib :class:`~rdflib.Dataset` with two named graphs (:data:`BOOK_
 No TCM data is available offline: the default knowledge is built from the first packaged
 PubMedQA-L abstracts (read through :func:`tcrag_langgraph.tools.indexing.read_documents`), lazily
 on the first run, bounded by :attr:`DiffRAGOptions.max_passages` and cached on disk under
-:func:`tcrag_langgraph.models.local.cache_dir`.
+:func:`tcrag_langgraph.models.weights.cache_dir`.
 
 Layout (one concern per module): :mod:`.options` (:class:`DiffRAGOptions`), :mod:`.parsing` (triples
 and the answer line read from model output), :mod:`.prompts`, :mod:`.extraction` (asking the model

@@ -130,8 +130,8 @@ def add_cases(
 
 
 def knowledge_cache_dir() -> Path:
-    """Where built graphs are cached: ``<tcrag_langgraph.models.local.cache_dir()>/diffrag``."""
-    from ...models.local import cache_dir
+    """Where built graphs are cached: ``<tcrag_langgraph.models.weights.cache_dir()>/diffrag``."""
+    from ...models.weights import cache_dir
 
     return cache_dir() / "diffrag"
 
