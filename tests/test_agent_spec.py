@@ -56,17 +56,24 @@ def test_sigma_auto_without_a_calibration_is_refused_before_anything_runs(cache)
     assert refused.value.kind == "Not calibrated" and refused.value.flag == "--sigma"
 
 
-def test_a_served_model_without_a_monitor_is_refused_only_where_a_method_reads_scores(monkeypatch):
+def test_a_served_model_without_log_probs_is_refused_only_where_a_log_prob_value_is_asked_for(monkeypatch):
     monkeypatch.setenv("TCRAG_TEST_SPEC_KEY", "sk-test-not-sent")
     served = {"model": "openai:served", "base_url": "http://127.0.0.1:9/v1", "api_key_env": "TCRAG_TEST_SPEC_KEY",
               "tools": "none"}
-    with pytest.raises(UserError, match="--scorer http://HOST:PORT/v1") as refused:
-        AgentSpec(method="tcrag", **served).assemble()
-    assert refused.value.kind == "No state monitor"
+    for method, config in (("tcrag", TCRAGConfig(metric="cppl")), ("tcrag-cppl", TCRAGConfig()),
+                           ("crp-rag", TCRAGConfig())):
+        with pytest.raises(UserError, match="--scorer http://HOST:PORT/v1") as refused:
+            AgentSpec(method=method, **served, config=config).build()
+        assert refused.value.kind == "No state monitor" and "--metric consistency" in refused.value.message
     for method in ("react", "base", "wo-monitor"):  # nothing to score: the same model is fine
         parts = AgentSpec(method=method, **served).assemble()
         assert parts.scorer is None and type(parts.model).__name__ == "ChatOpenAI"
-    assert AgentSpec(method="tcrag", **served, config=TCRAGConfig(enable_state_monitor=False)).assemble()
+        AgentSpec(method=method, **served).build(parts)
+    # TC-RAG with no state value set: monitored by the model's own resampled answers (no log-probs needed)
+    graph = AgentSpec(method="tcrag", **served).build()
+    assert graph.get_graph() is not None
+    eval_parts = AgentSpec(method="tcrag", **served).assemble(["tcrag", "react"], share_monitor=True)
+    assert eval_parts.scorer is None  # no shared log-prob monitor to make: each method decides
 
 
 def test_the_spec_names_keys_and_never_holds_one(monkeypatch):

@@ -416,11 +416,17 @@ def test_build_graph_validates_arguments():
 
 
 def test_a_generator_without_log_probs_needs_an_explicit_monitor():
-    """Issue 11: never score with a different model silently."""
+    """Issue 11: never score with a different model silently. Issue 37: a generator without log-probs
+    and no state value asked for is monitored by its own resampled answers (consistency); a log-prob
+    value asked for explicitly is refused."""
     from tcrag_langgraph.monitor.scoring import MonitorUnavailableError
 
     with pytest.raises(MonitorUnavailableError, match="scorer=.*enable_state_monitor=False"):
-        build_graph(model=scripted(["Conclusion: x"]))
+        build_graph(model=scripted(["Conclusion: x"]), config={"metric": "cppl"})
+    with pytest.raises(MonitorUnavailableError):  # a sigma is a sigma of the metric configured
+        build_graph(model=scripted(["Conclusion: x"]), config={"sigma": 3})
+    out = build_graph(model=scripted(["Conclusion: x"])).invoke({"question": "q?"})
+    assert out["metric"] == "consistency" and out["sigma"] == 0.5
     out = build_graph(model=scripted(["Conclusion: x"]), config={"enable_state_monitor": False}).invoke(
         {"question": "q?"})
     assert out["halt_reason"] == "conclusion_unmonitored"

@@ -59,12 +59,13 @@ def test_ask_with_a_served_model_scores_with_the_served_log_probs(served, lm):
     assert API_KEY not in result.output
 
 
-def test_a_served_model_without_a_monitor_is_refused_with_the_flags(served):
-    result = runner.invoke(app, ["ask", Q, *_served_args(served), "--no-tools"], env={KEY_ENV: API_KEY})
+def test_a_served_model_without_a_scorer_asked_for_cppl_is_refused_with_the_flags(served):
+    result = runner.invoke(app, ["ask", Q, *_served_args(served), "--no-tools", "--metric", "cppl"],
+                           env={KEY_ENV: API_KEY})
     assert result.exit_code == 2
     message = result.output.strip()
     assert len(message.splitlines()) == 1 and "Traceback" not in message
-    for flag in ("--scorer", "--no-state-monitor"):
+    for flag in ("--scorer", "--no-state-monitor", "--metric consistency"):
         assert flag in message
 
 

@@ -147,8 +147,9 @@ def monitor_refusal() -> UserError:
     return UserError("No state monitor", "this model exposes no prompt log-probs the monitor can trust. Give "
                      "--scorer http://HOST:PORT/v1 (a vLLM or SGLang completions server of the same model; "
                      "--scorer-model NAME if it serves it under another name), --scorer PATH (a local copy of the "
-                     "same weights), --scorer module:function, or turn the monitor off (--no-state-monitor, or a "
-                     "method without it: wo-monitor, react, base, cot, sr-rag).", flag="--scorer")
+                     "same weights), --scorer module:function, a state value that needs no log-probs (--metric "
+                     "consistency: the model's own resampled answers), or turn the monitor off (--no-state-monitor, "
+                     "or a method without it: wo-monitor, react, base, cot, sr-rag).", flag="--scorer")
 
 
 class AgentParts(NamedTuple):
@@ -360,19 +361,22 @@ class AgentSpec(BaseModel):
     def assemble(self, methods: Optional[Sequence[str]] = None, *, share_monitor: bool = False) -> AgentParts:
         """The model, tools, monitor and config of a run of ``methods`` (default: :attr:`method`), every
         check passed and nothing loaded; ``sigma="auto"`` is resolved here, once. With ``share_monitor``
-        the methods that read scores share one monitor made here (an evaluation compares them on one)."""
+        the methods that read scores share one monitor made here (an evaluation compares them on one).
+        A model without log-probs to trust is refused when a method that needs them is built (TC-RAG
+        with no state value set falls back to ``consistency``, which needs none)."""
         names = list(methods) if methods is not None else [self.method]
         for name in names:
             check_method(name)
         if self.script is not None:
             return self._scripted()
         chat = self.generator()
-        reads = _reads_scores(names)
-        scorer = self.monitor(chat, own=share_monitor and reads)
-        config = resolve_auto_sigma(self.config, chat)
-        if scorer is None and reads and config.enable_state_monitor:
-            self.monitor(chat, own=True)  # asked now (it loads nothing), so a refusal comes before any work
-        return AgentParts(chat, self.tool_list(), scorer, config)
+        scorer = self.monitor(chat)
+        if scorer is None and share_monitor and _reads_scores(names):
+            try:
+                scorer = self.monitor(chat, own=True)
+            except UserError:  # no log-probs to trust: each method decides when it is built (a sampled
+                scorer = None  # state value needs none; a log-prob one is refused there)
+        return AgentParts(chat, self.tool_list(), scorer, resolve_auto_sigma(self.config, chat))
 
     @staticmethod
     def base_config(script: Optional[str] = None) -> TCRAGConfig:

@@ -37,11 +37,12 @@ class TCRAGConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid", validate_assignment=True)
 
-    metric: Literal["cppl", "uct", "cppl_evidence", "uct_evidence", "answer_prob"] = Field(
+    metric: Literal["cppl", "uct", "cppl_evidence", "uct_evidence", "answer_prob", "consistency"] = Field(
         default="cppl", description="State value: cppl (conditional perplexity, eq. 2) or uct (uncertainty, eq. 3), "
-        "the paper's; cppl_evidence / uct_evidence (the same, given the tool observations too) or answer_prob "
+        "the paper's; cppl_evidence / uct_evidence (the same, given the tool observations too), answer_prob "
         "(1 - the probability of the chosen answer among the allowed ones; needs an answer_format of choices) "
-        "go beyond it (docs/evaluation.md, Calibration).")
+        "or consistency (1 - the share of the model's own resampled answers that agree; any chat model, no "
+        "log-probs) go beyond it (docs/evaluation.md, Calibration).")
     sigma: Optional[Union[Annotated[float, Field(gt=0)], Literal["auto"]]] = Field(
         default=None,
         description="Halting threshold; None = paper default for the metric; 'auto' = the model's stored "

@@ -295,14 +295,14 @@ class RunKernel:
         return text
 
     # ----- the state monitor -----
-    def score(self, context: str, text: str, *, metric: str) -> float:
+    def score(self, context: str, text: str, *, metric: str, **options: Any) -> float:
         """The scorer's value of ``text`` given ``context``; a missing scorer, a scorer error or a value
         that is not finite raises ``RunFailure("scorer_error")``."""
         if self.scorer is None:
             raise RunFailure("scorer_error", "MonitorUnavailableError: this run turned the state monitor on, but "
                              "the graph was built without one (its config had enable_state_monitor=False and no "
                              "scorer=): build it with a scorer to monitor runs")
-        return _monitor_value(lambda: scorer_score(self.scorer, context, text, metric=metric))
+        return _monitor_value(lambda: scorer_score(self.scorer, context, text, metric=metric, **options))
 
     def state_value(self, metric: str, question: str, text: str, *, evidence: Sequence[str] = (),
                     choices: Optional[Sequence[str]] = None) -> float:
@@ -310,7 +310,7 @@ class RunKernel:
         :func:`~tcrag_langgraph.monitor.state_values.measure`), from this run's scorer; a failure or a
         value that is not finite raises ``RunFailure("scorer_error")``."""
         return _monitor_value(lambda: measure(
-            metric, question, text, score=lambda q, t, metric: self.score(q, t, metric=metric),
+            metric, question, text, score=lambda q, t, **options: self.score(q, t, **options),
             token_logprobs=self.token_logprobs, evidence=evidence, choices=choices))
 
     def token_logprobs(self, context: str, text: str) -> list[float]:

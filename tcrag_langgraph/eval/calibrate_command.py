@@ -9,7 +9,6 @@ Example::
 
 from __future__ import annotations
 
-import functools
 import json
 import types
 from pathlib import Path
@@ -71,7 +70,8 @@ def register(app: typer.Typer) -> None:
         from ..core import answer_format
         from ..models.local import chat_model_id
         from ..monitor.calibration import Calibration, save_calibration
-        from ..monitor.state_values import measure, scorer_score
+        from ..monitor.consistency import SamplingConsistencyScorer
+        from ..monitor.state_values import SAMPLED_VALUES, measure, scorer_score
         from .calibration import auroc_interval, calibrate
         from .datasets import answer_format_for, format_question, sample_records, task_name
         from .runner import SettingsMismatch, run_evaluation
@@ -115,7 +115,10 @@ def register(app: typer.Typer) -> None:
             from ..methods.crp_rag.calibration import SUFFICIENCY_SUFFIX
 
             stored_id += SUFFICIENCY_SUFFIX
-        state_scorer = spec.monitor(chat, own=True)  # calibrate measures state values whatever the method reads
+        # calibrate measures state values whatever the method reads: log-prob values with the model's own
+        # weights (or --scorer), sampled ones (consistency) by resampling the model
+        state_scorer = spec.monitor(chat, own=True) if set(metrics) - set(SAMPLED_VALUES) else spec.monitor(chat)
+        sampler = SamplingConsistencyScorer(chat) if set(metrics) & set(SAMPLED_VALUES) else None
         graphs = {names[0]: spec.build(AgentParts(chat, spec.tool_list(), state_scorer, cfg),
                                        options=own_options.get(names[0]))}
         settings = {"dataset": dataset, "split": split, "context": context, "limit": limit, "model": model,
@@ -135,18 +138,22 @@ def register(app: typer.Typer) -> None:
                           f"({sum(labels)} correct of {len(labels)})")
             raise typer.Exit(code=1)
 
-        score_with = functools.partial(scorer_score, state_scorer)
+        def score_with(query: str, text: str, *, metric: str, **options: Any) -> float:
+            return scorer_score(sampler if metric in SAMPLED_VALUES else state_scorer, query, text, metric=metric,
+                                **options)
 
         def value_of(one: str, row: dict[str, Any], scorer: Any) -> Optional[float]:
             """The state value ``one`` of a finished run's answer: the rule the stack machine applies
             (:func:`measure`), on the question, the answer and the evidence the run stood on."""
             record = by_id[row["id"]]
             text, choices = row["answer"], None
+            fmt = answer_format_for(record)
             if one == "answer_prob":
-                fmt = answer_format_for(record)
                 if not isinstance(fmt, tuple):
                     return None  # no list of allowed answers to weigh (open or multi-answer questions)
                 choices, text = fmt, answer_format.fit(fmt, text)
+            elif one in SAMPLED_VALUES and isinstance(fmt, tuple):
+                choices = fmt  # the samples are asked for one of the allowed answers
             return float(measure(one, format_question(record, include_context=context), text, score=scorer.score,
                                  token_logprobs=getattr(scorer, "token_logprobs", None) or _no_logprobs,
                                  evidence=row.get("evidence") or [], choices=choices))

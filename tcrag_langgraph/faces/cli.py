@@ -224,6 +224,8 @@ def ask(
     """Answer QUESTION, showing each action, push/pop and state value live."""
     flags = dict(locals())  # the options, named as AgentSpec's fields (agent.flags.face_spec reads them)
     from ..core.events import EVENT_NAME
+    from ..methods.registry import DEFAULT_METHOD, METHODS, tcrag_config_for
+    from ..methods.tcrag.graph import monitor_config
     from ..core.result import RunResult
     from ..core.run_input import question_problem
     from ..models.local import LocalChatModel
@@ -241,6 +243,9 @@ def ask(
     except UserError as exc:
         raise refuse(exc) from None
     chat, tool_list, cfg = parts.model, parts.tools, parts.config
+    if METHODS[method].is_stack_machine:  # the state value the run will use: the variant's own, or consistency
+        own = cfg if method == DEFAULT_METHOD else tcrag_config_for(method, config=cfg)  # for a model without log-probs
+        cfg = monitor_config(own, chat, parts.scorer)
     if threads is not None:
         _limit_threads(threads, chat)
     out = Console()

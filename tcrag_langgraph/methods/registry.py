@@ -28,6 +28,9 @@ name               what it is
 ``tcrag``          TC-RAG with the configuration exactly as given (what the faces serve; not a table row)
 =================  ==============================================================================
 
+``tcrag-consistency``: TC-RAG, state monitor on 1 - the share of the model's resampled answers that agree
+with the Conclusion (``consistency``: no log-probs needed, any chat model).
+
 The registry of every method the library has, one row each: the faces (``tcrag ask/serve``, Studio)
 and the evaluation harness build methods through it, and the rest is generated from it: each
 method's builder (``build_<name>_graph``, e.g. :func:`build_crp_rag_graph`, is ``CRPRAG.build``),
@@ -150,6 +153,8 @@ METHODS: dict[str, MethodSpec] = {
                    uses_scorer=True),
         MethodSpec("tcrag-answer", "TC-RAG-answer-prob", "Ours", _TCRAG, {"metric": "answer_prob"}, uses_scorer=True),
         MethodSpec("tcrag-auto", "TC-RAG-auto", "Ours", _TCRAG, {"sigma": "auto"}, uses_scorer=True),
+        MethodSpec("tcrag-consistency", "TC-RAG-consistency", "Ours", _TCRAG, {"metric": "consistency"},
+                   uses_scorer=True),
         MethodSpec("crp-rag", "CRP-RAG", "Papers", _M + "crp_rag.graph:CRPRAG", uses_scorer=True,
                    studio="CRP-RAG (reasoning graph, knowledge-sufficiency check, abstention) on the same model, "
                           "tools and authentication as tcrag; bounded budgets of tcrag ask by default, runtime "

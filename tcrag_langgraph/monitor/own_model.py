@@ -11,7 +11,7 @@ from ..models.local import LocalChatModel
 from ..models.weights import LocalModel
 from .scoring import LocalLMScorer, MonitorUnavailableError, StateScorer
 
-__all__ = ["scorer_for_model"]
+__all__ = ["scorer_for_model", "has_own_monitor"]
 
 
 def _hf_pipeline_of(model: Any) -> Any:
@@ -68,6 +68,22 @@ def scorer_for_model(model: Any, **scorer_options: Any) -> StateScorer:
         f"the state monitor cannot score with the generator's own model: {type(model).__name__} exposes "
         "no prompt log-probs that this package can trust. Options: pass scorer= "
         "(e.g. CompletionsLogprobScorer(base_url, model=...) for a vLLM or SGLang server of the same "
-        "model, or LocalLMScorer(model_path=...) over the same weights), or turn the monitor off with "
+        "model, or LocalLMScorer(model_path=...) over the same weights), a state value that needs no log-probs "
+        "(TCRAGConfig(metric='consistency'): the model's own resampled answers), or turn the monitor off with "
         "TCRAGConfig(enable_state_monitor=False)."
     )
+
+
+def has_own_monitor(model: Any) -> bool:
+    """Whether :func:`scorer_for_model` can score with ``model``'s own weights (nothing is loaded).
+
+    Example:
+        >>> from langchain_core.language_models.fake_chat_models import FakeListChatModel
+        >>> has_own_monitor(FakeListChatModel(responses=["x"]))
+        False
+    """
+    try:
+        scorer_for_model(model)
+    except MonitorUnavailableError:
+        return False
+    return True

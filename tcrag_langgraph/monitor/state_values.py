@@ -9,15 +9,18 @@
 ``uct_evidence``   eq. 3 over the text's tokens predicted given the same context               20
 ``answer_prob``    1 - the normalised probability the model gives the chosen answer among the  0.5
                    allowed ones (yes/no/maybe, option letters), given question and evidence
+``consistency``    1 - the share of k answers the model samples again for the question and     0.5
+                   evidence that agree with the Conclusion (:mod:`.consistency`; no log-probs)
 =================  ==========================================================================  =======
 
 ``cppl`` and ``uct`` are the paper's and stay the defaults. The others go beyond it (issue 23):
 eq. 2 conditions only on the User_Query, so for a one-word answer it measures the model's prior
 for that word, not whether the evidence on the stack supports it. ``answer_prob`` needs a declared
 answer format whose answers are a list of choices; a Thought has no answer to weigh, so under it a
-Thought's value is sigma (a Thought never ends a run anyway). Every value comes from the same
-log-prob source, the generator's own weights (``token_logprobs`` of the scorer), with the same
-teacher-forced pass; the evidence values apply the paper's formulas to the token log-probs given
+Thought's value is sigma (a Thought never ends a run anyway), as under ``consistency``. Every value
+but ``consistency`` comes from the same log-prob source, the generator's own weights
+(``token_logprobs`` of the scorer), with the same teacher-forced pass; ``consistency`` needs only
+chat completions, so it serves any model, a served one included; the evidence values apply the paper's formulas to the token log-probs given
 the whole context (a scorer's own ``score`` may leave the context out of uct, as eq. 3 does).
 
 Example:
@@ -32,17 +35,20 @@ from __future__ import annotations
 import math
 from typing import Callable, Mapping, Optional, Sequence
 
-__all__ = ["STATE_VALUES", "PAPER_VALUES", "DEFAULT_SIGMA", "base_metric", "uses_evidence", "choice_value",
+__all__ = ["STATE_VALUES", "PAPER_VALUES", "SAMPLED_VALUES", "DEFAULT_SIGMA", "base_metric", "uses_evidence", "choice_value",
            "evidence_context", "measure", "token_logprobs_to_metric", "scorer_score", "LogprobScorer"]
 
 #: every selectable state value
-STATE_VALUES = ("cppl", "uct", "cppl_evidence", "uct_evidence", "answer_prob")
+STATE_VALUES = ("cppl", "uct", "cppl_evidence", "uct_evidence", "answer_prob", "consistency")
+#: the values that need no log-probs (a scorer that samples the generator measures them)
+SAMPLED_VALUES = ("consistency",)
 #: the paper's own (eq. 2 and eq. 3)
 PAPER_VALUES = ("cppl", "uct")
 #: sigma when none is given: the paper's 10 / 20 (section 8.7.6) for its values and their evidence
 #: variants; 0.5 for ``answer_prob`` (accept an answer the model prefers over all others together)
+#: and for ``consistency`` (accept an answer more than half of the samples repeat)
 DEFAULT_SIGMA: dict[str, float] = {"cppl": 10.0, "uct": 20.0, "cppl_evidence": 10.0, "uct_evidence": 20.0,
-                                   "answer_prob": 0.5}
+                                   "answer_prob": 0.5, "consistency": 0.5}
 
 
 def token_logprobs_to_metric(logprobs: list[float], metric: str) -> float:
@@ -104,12 +110,12 @@ def choice_value(logprob_sums: Mapping[str, float], chosen: str) -> float:
     return 1.0 - weights[chosen] / sum(weights.values())
 
 
-def scorer_score(scorer: object, query: str, text: str, *, metric: str) -> float:
-    """A scorer's eq. 2 / eq. 3 value: its ``score`` method, or the scorer itself when it is a plain
-    function ``(query, text, metric=...)``."""
+def scorer_score(scorer: object, query: str, text: str, *, metric: str, **options: object) -> float:
+    """A scorer's eq. 2 / eq. 3 value (or a sampled value, with its ``options``): its ``score``
+    method, or the scorer itself when it is a plain function ``(query, text, metric=...)``."""
     if hasattr(scorer, "score"):
-        return scorer.score(query, text, metric=metric)  # type: ignore[attr-defined]
-    return scorer(query, text, metric=metric)  # type: ignore[operator]
+        return scorer.score(query, text, metric=metric, **options)  # type: ignore[attr-defined]
+    return scorer(query, text, metric=metric, **options)  # type: ignore[operator]
 
 
 def measure(metric: str, question: str, text: str, *, score: Callable[..., float],
@@ -133,6 +139,8 @@ def measure(metric: str, question: str, text: str, *, score: Callable[..., float
     if not uses_evidence(metric):
         return float(score(question, text, metric=metric))
     context = evidence_context(question, evidence)
+    if metric in SAMPLED_VALUES:  # the scorer samples the generator for the question and evidence
+        return float(score(context, text, metric=metric, choices=tuple(choices or ())))
     if base is None:  # answer_prob
         if not choices:
             raise ValueError("answer_prob needs the allowed answers (a declared answer format with choices)")

@@ -43,8 +43,10 @@ from ...core.run_input import extract_question, last_human_is, question_problem
 from ...core.state import Action, TraceEvent, observations
 from ...models.local import chat_model_id
 from ...monitor.calibration import resolve_monitor, resolve_sigma
+from ...monitor.consistency import SamplingConsistencyScorer
+from ...monitor.own_model import has_own_monitor
 from ...monitor.scoring import StateScorer
-from ...monitor.state_values import uses_evidence
+from ...monitor.state_values import SAMPLED_VALUES, uses_evidence
 from ...tools.layer import with_egress_context
 from . import transitions
 from .actions import ActionParseError, format_instructions, parse_action
@@ -83,11 +85,11 @@ class TCRAG(RunKernel):
         """``sigma="auto"`` resolved once, from the generator's stored calibration (a missing one fails
         here, not mid-run); the monitor scores with the generator's own weights unless a scorer is given,
         never silently with another model."""
-        cfg = args.config
-        if cfg.sigma == "auto":
-            metric, sigma = resolve_monitor(cfg, chat_model_id(args.model))
-            cfg = cfg.merged({"metric": metric, "sigma": sigma})
-        scorer = cls.scorer_for(args, needed=cfg.enable_state_monitor)
+        cfg = monitor_config(args.config, args.model, args.scorer)
+        if cfg.enable_state_monitor and cfg.metric in SAMPLED_VALUES and not callable(getattr(args.scorer, "samples", None)):
+            scorer = SamplingConsistencyScorer(args.model)  # a log-prob scorer (eval's shared one) cannot sample
+        else:
+            scorer = cls.scorer_for(args, needed=cfg.enable_state_monitor)
         machine = cls(args.model, args.tools, scorer, cfg, trust_client_identity=args.trust_client_identity)
         if args.scorer is None and scorer is not None:  # what the shipped calibration says of this model as its own monitor
             machine.unjudged = _unjudged(args.model)
@@ -117,10 +119,11 @@ class TCRAG(RunKernel):
         ``None`` when the monitor is switched off."""
         if not cfg.enable_state_monitor:
             return None
-        if cfg.metric == "answer_prob":
-            if not conclusion:  # a Thought has no answer to weigh: it keeps the state at sigma
+        if cfg.metric in ("answer_prob", *SAMPLED_VALUES):
+            if not conclusion:  # a Thought has no answer to weigh or resample: it keeps the state at sigma
                 return state["sigma"]
-            text = answer_format.fit(cfg.answer_format, text)
+            if cfg.metric == "answer_prob":
+                text = answer_format.fit(cfg.answer_format, text)
         evidence = observations(state["stack"]) if uses_evidence(cfg.metric) else ()
         return self.state_value(cfg.metric, state["question"], text, evidence=evidence, choices=cfg.answer_format)
 
@@ -344,6 +347,21 @@ class TCRAG(RunKernel):
         t = transitions.review_reject(self.machine(state), feedback)
         return Command(goto="Generate", update={"stack": t.stack, "state_value": t.state_value,
                                                 "trace": self.record(state.get("trace"), config, t.event)})
+
+
+def monitor_config(config: TCRAGConfig, model: Any, scorer: Any = None) -> TCRAGConfig:
+    """The config TC-RAG monitors ``model`` with: ``sigma="auto"`` resolved from its stored calibration;
+    and where it has no log-probs this package can trust, no ``scorer`` is given and no state value is
+    asked for (no metric, no sigma), the value any chat model gives, ``consistency`` (its own resampled
+    answers), instead of a refusal. The faces show the run's header from it."""
+    cfg = config
+    if cfg.sigma == "auto":
+        metric, sigma = resolve_monitor(cfg, chat_model_id(model))
+        cfg = cfg.merged({"metric": metric, "sigma": sigma})
+    if (cfg.enable_state_monitor and scorer is None and "metric" not in cfg.model_fields_set and cfg.sigma is None
+            and not has_own_monitor(model)):
+        cfg = cfg.merged({"metric": "consistency"})
+    return cfg
 
 
 def _final_conclusion(text: str, tool_names: list[str]) -> ParsedAction:
