@@ -15,8 +15,10 @@ a model that is consistently wrong is consistently validated. Its AUROC on a tas
 Example:
     >>> same_answer("Yes, it is.", "yes", choices=("yes", "no", "maybe"))
     True
-    >>> same_answer("B. Thiamine", "Thiamine (vitamin B1)", choices=())
+    >>> same_answer("Vitamin C", "Scurvy comes from a lack of vitamin C.", choices=())
     True
+    >>> same_answer("Vitamin D", "Scurvy comes from a lack of vitamin C.", choices=())
+    False
 """
 
 from __future__ import annotations
