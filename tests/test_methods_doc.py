@@ -32,7 +32,7 @@ def test_the_worked_example_runs_as_written():
     for block in blocks:
         exec(compile(block, str(DOC), "exec"), namespace)  # its own asserts check the answer and counts
     graph = namespace["graph"]
-    assert list(graph.get_graph().nodes) == ["__start__", "Start", "Look_Again", "__end__"]
+    assert list(graph.get_graph().nodes) == ["__start__", "Start", "Look_Again", "Review_Unvalidated", "__end__"]
     bad = graph.invoke({"question": "   "})
     assert bad["halt_reason"] == "invalid_input" and bad["llm_calls"] == 0
 

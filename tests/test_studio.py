@@ -69,7 +69,7 @@ def test_studio_shows_nodes_state_and_description(client):
     assert "Turing-Complete" in (assistant.get("description") or "")
     nodes = [n["id"] for n in client.assistants.get_graph(assistant["assistant_id"])["nodes"]]
     assert nodes == ["__start__", "Start", "Generate", "Thought", "Plan", "Tool_Use", "Summary", "Backtrack",
-                     "Conclusion", "Human_Review", "__end__"]
+                     "Conclusion", "Human_Review", "Review_Unvalidated", "__end__"]
     schemas = client.assistants.get_schemas(assistant["assistant_id"])
     assert {"stack", "state_value", "sigma", "metric", "trace"} <= set(schemas["state_schema"]["properties"])
     assert {"sigma", "metric", "max_steps"} <= set(schemas["context_schema"]["properties"])
@@ -119,3 +119,19 @@ def test_human_review_interrupt_and_resume_through_the_api(client):
     out = client.runs.wait(tid, "tcrag", command={"resume": "approve"}, context={"require_review": True})
     assert out["answer"] == "second answer to review me?" and out["answer_validated"] is True
     assert client.threads.get_state(tid)["next"] == []
+
+
+@pytest.mark.slow
+def test_an_unvalidated_answer_waits_for_a_reviewer_through_the_api(client):
+    """review_unvalidated (issue 37): the budget runs out with a Conclusion the monitor rejected; the
+    run pauses in the kernel's Review_Unvalidated node and the reviewer's answer ends it."""
+    tid = client.threads.create()["thread_id"]
+    context = {"review_unvalidated": True, "max_steps": 2}
+    client.runs.wait(tid, "tcrag", input={"question": "q5?"}, context=context)
+    state = client.threads.get_state(tid)
+    assert state["next"] == ["Review_Unvalidated"]
+    (pause,) = state["tasks"][0]["interrupts"]
+    assert pause["value"]["answer"] == "first answer to q5?" and pause["value"]["halt_reason"] == "max_steps"
+    out = client.runs.wait(tid, "tcrag", command={"resume": {"answer": "the reviewer's answer"}}, context=context)
+    assert out["answer"] == "the reviewer's answer" and out["answer_validated"] is True
+    assert out["halt_reason"] == "reviewed" and client.threads.get_state(tid)["next"] == []

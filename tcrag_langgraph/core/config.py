@@ -70,6 +70,10 @@ class TCRAGConfig(BaseModel):
         default=True, description="Halt only when the state value falls below sigma; off: on the model's own Conclusion.")
     require_review: bool = Field(default=False, description="Pause for human approval before a Conclusion is accepted.",
                                  json_schema_extra={"per_request": False})
+    review_unvalidated: bool = Field(
+        default=False, description="Pause for a person's review when a run would end with an answer the state "
+        "monitor did not validate: resume with 'approve', {'answer': '...'} (a corrected answer) or 'reject'.",
+        json_schema_extra={"per_request": False})
     language: Literal["en", "zh"] = Field(default="en", description="Prompt language.")
     few_shot: bool = Field(default=True, description="Show worked examples of the action format before the stack.")
     answer_format: Optional[Union[tuple[str, ...], SkipJsonSchema[type[BaseModel]]]] = Field(
@@ -164,7 +168,7 @@ def request_option_fields() -> tuple[str, ...]:
 
     Generated from the fields themselves (``json_schema_extra={"per_request": False}`` opts a field
     out), so a new option needs no second declaration. ``caller`` is an identity, never an option;
-    ``require_review`` needs a resume endpoint that LangServe does not have.
+    ``require_review`` and ``review_unvalidated`` need a resume endpoint that LangServe does not have.
     """
     return tuple(
         name for name, field in TCRAGConfig.model_fields.items()

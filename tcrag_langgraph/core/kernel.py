@@ -33,15 +33,15 @@ from __future__ import annotations
 import inspect
 import math
 import typing
-from typing import Any, Callable, ClassVar, Mapping, Optional, Sequence
+from typing import Any, Callable, ClassVar, Literal, Mapping, Optional, Sequence
 
 from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage
 from langchain_core.runnables import RunnableConfig
 from langchain_core.tools import BaseTool
 from langgraph.graph import END, START, StateGraph
-from langgraph.runtime import Runtime
-from langgraph.types import Command
+from langgraph.runtime import Runtime, get_runtime
+from langgraph.types import Command, interrupt
 
 from ..models.local import cut_at_stop, takes_generation_settings
 from ..monitor.scoring import TokenStat
@@ -49,6 +49,7 @@ from ..monitor.state_values import measure, scorer_score
 from ..tools.layer import invoke_tool, is_tool_error
 from ..tools.layer.outcome import content_text
 from ..tools.tokens import count_tokens
+from . import answer_format
 from .arguments import BuildArguments, MethodOptions, build_arguments, default_scorer
 from .config import CALLER_KEY, TCRAGConfig, resolve_config
 from .events import emit
@@ -60,7 +61,10 @@ from .state import MethodState, ToolCallRecord, TraceEvent
 #: the most stop sequences a provider's API accepts (OpenAI's limit); the rest are applied here
 MAX_PROVIDER_STOPS = 4
 
-__all__ = ["MAX_PROVIDER_STOPS", "RunFailure", "RunKernel", "fresh_run"]
+__all__ = ["MAX_PROVIDER_STOPS", "REVIEW_NODE", "RunFailure", "RunKernel", "fresh_run"]
+
+#: the node every method's graph has for ``review_unvalidated`` (:meth:`RunKernel.review_unvalidated`)
+REVIEW_NODE = "Review_Unvalidated"
 
 
 class RunFailure(Exception):
@@ -175,6 +179,7 @@ class RunKernel:
         graph = StateGraph(cls.state_schema, context_schema=cls.context_schema)
         for node_name, attribute in cls.nodes.items():
             graph.add_node(node_name, holder.node(getattr(holder, attribute)))
+        graph.add_node(REVIEW_NODE, holder.node(holder.review_unvalidated))  # every method: review_unvalidated
         graph.add_edge(START, next(iter(cls.nodes)))
         return holder.finish(graph.compile(checkpointer=checkpointer, store=store, name=args.name))
 
@@ -372,13 +377,15 @@ class RunKernel:
 
     def halt(self, state: Mapping[str, Any], config: Optional[RunnableConfig], *, reason: Any,
              answer: Optional[str], validated: bool, error: Optional[str] = None,
-             extra: Optional[Mapping[str, Any]] = None) -> Command:
+             extra: Optional[Mapping[str, Any]] = None, reviewed: bool = False) -> Command:
         """End the run: the Halt event, the result fields, and the final message carrying the
-        :class:`RunResult` text and metadata (the same for every method)."""
+        :class:`RunResult` text and metadata (the same for every method). With ``review_unvalidated``
+        an answer the monitor did not validate goes to :meth:`review_unvalidated` first (``reviewed``:
+        this is the reviewer's decision)."""
         reason = getattr(reason, "value", reason)
         update: dict[str, Any] = dict(extra or {})
         final = {**state, **update}
-        note = self.unjudged.get(final.get("metric") or self.base_config.metric) if validated else None
+        note = self.unjudged.get(final.get("metric") or self.base_config.metric) if validated and not reviewed else None
         if note is not None:  # never "validated" by a monitor that cannot tell right from wrong
             validated, reason, error = False, "monitor_cannot_judge", note
         depth, value = self.position(final)
@@ -387,9 +394,51 @@ class RunKernel:
                            detail=reason if error is None else f"{reason}: {error}")
         update.update(trace=self.record(final.get("trace"), config, event), answer=answer,
                       answer_validated=validated, halt_reason=reason, error=error)
+        if not reviewed and answer is not None and not validated and reason != "invalid_input" \
+                and self._run_config(config).review_unvalidated:
+            return Command(goto=REVIEW_NODE, update=update)  # a person sees it before the run ends
         result = RunResult.from_state({**final, **update})
         update["messages"] = [AIMessage(content=result.text, response_metadata=result.metadata())]
         return Command(goto=END, update=update)
+
+    def _run_config(self, config: Optional[RunnableConfig]) -> TCRAGConfig:
+        """This run's settings where a node has no runtime at hand (the halt): LangGraph's own."""
+        try:
+            runtime = get_runtime()
+        except Exception:  # outside a running graph (a direct call): the graph's settings
+            runtime = None
+        try:
+            return self.settings(config, runtime)[0]
+        except ValueError:  # bad per-run settings halt the run as invalid_input before any answer
+            return self.base_config
+
+    def review_unvalidated(self, state: Mapping[str, Any], config: RunnableConfig) -> Command[Literal["__end__"]]:
+        """``review_unvalidated``: the run pauses (LangGraph ``interrupt``) with the answer the state
+        monitor did not validate. Resume with ``"approve"`` (the answer stands, validated by a person:
+        ``halt_reason="reviewed"``), ``{"answer": "..."}`` (the reviewer's answer instead, the same), or
+        ``"reject"`` / anything else (the run ends as it would have, not validated)."""
+        before, answer = state.get("halt_reason"), state.get("answer")
+        decision = interrupt({
+            "question": state.get("question"), "answer": answer, "halt_reason": before, "error": state.get("error"),
+            "instructions": "Resume with Command(resume='approve'), Command(resume={'answer': 'your answer'}) or "
+                            "Command(resume='reject')",
+        })
+        corrected = decision.get("answer") if isinstance(decision, Mapping) else None
+        approved = (isinstance(corrected, str) and corrected.strip() != "") or (
+            isinstance(decision, str) and decision.strip().lower() in {"approve", "approved", "accept", "yes", "ok"}) \
+            or (isinstance(decision, Mapping) and decision.get("approve") is True)
+        if not approved:
+            return self.halt(state, config, reason=before, answer=answer, validated=False, reviewed=True,
+                             error=f"{state.get('error') or before}; the reviewer did not approve it")
+        extra: dict[str, Any] = {}
+        if isinstance(corrected, str) and corrected.strip():
+            answer = corrected.strip()
+            extra["structured_answer"] = answer_format.fit(self._run_config(config).answer_format, answer)
+            how = "answered by the reviewer"
+        else:
+            how = "approved by the reviewer"
+        return self.halt({**state, **extra}, config, reason="reviewed", answer=answer, validated=True, reviewed=True,
+                         error=f"not validated by the state monitor ({before}); {how}", extra=extra)
 
     def begin(self, state: Mapping[str, Any], config: RunnableConfig, cfg: TCRAGConfig, *, goto: str,
               fresh: Mapping[str, Any]) -> Command:
