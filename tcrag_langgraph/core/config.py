@@ -53,6 +53,14 @@ class TCRAGConfig(BaseModel):
         default=None, max_length=200,
         description="The task whose calibration sigma='auto' reads (e.g. pubmedqa, medmcqa; tcrag calibrate "
         "stores one per model, task and metric); None = the calibration stored without a task.")
+    risk: Optional[float] = Field(
+        default=None, gt=0, lt=1, json_schema_extra={"per_request": False},
+        description="Validate with a stated risk instead of the paper's sigma: sigma is the threshold under which, "
+        "by the model's stored calibration on calibration_task (tcrag calibrate), a validated answer is wrong at "
+        "most this share of the time, with confidence 1 - risk_delta (docs/monitor.md). Set when the graph is built.")
+    risk_delta: float = Field(
+        default=0.1, gt=0, lt=1, json_schema_extra={"per_request": False},
+        description="With risk: the chance that the calibration sample misleads (the guarantee holds with 1 - this).")
     initial_state_value: float = Field(default=1e9, gt=0, description="The 'large value' the state starts at.")
     max_steps: int = Field(default=12, ge=1, le=1000, description="Actions applied before the run halts unvalidated.")
     max_new_tokens: int = Field(default=500, ge=1, le=8192, description="Tokens the model may write per reply.")
@@ -118,6 +126,8 @@ class TCRAGConfig(BaseModel):
             value = getattr(self, name)
             if value is not None and not math.isfinite(value):
                 raise ValueError(f"{name} must be finite")
+        if self.risk is not None and self.sigma is not None:
+            raise ValueError("risk sets sigma from the model's calibration: give risk or sigma, not both")
         # answer_prob with no answer_format is allowed here: a run can bring its format in the context
         # (tcrag eval does, per question); a run without one halts with scorer_error saying so.
         if (self.metric == "answer_prob" and self.enable_state_monitor and self.answer_format is not None

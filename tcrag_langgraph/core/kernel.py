@@ -44,6 +44,7 @@ from langgraph.runtime import Runtime, get_runtime
 from langgraph.types import Command, interrupt
 
 from ..models.local import cut_at_stop, takes_generation_settings
+from ..monitor.risk import confidence_at
 from ..monitor.scoring import TokenStat
 from ..monitor.state_values import measure, scorer_score
 from ..tools.layer import invoke_tool, is_tool_error
@@ -128,6 +129,9 @@ class RunKernel:
     #: metric -> why the monitor cannot judge this generator (a shipped calibration found no sigma that
     #: separates its right from wrong answers): a run it would validate halts ``monitor_cannot_judge``
     unjudged: Mapping[str, str] = {}
+    #: the stored calibration's step function from state value to the probability an answer is right
+    #: (thresholds, probabilities): every answer's ``confidence``; None without one
+    confidence_map: Optional[tuple[Sequence[float], Sequence[float]]] = None
 
     def __init__(self, model: BaseChatModel, tools: Sequence[BaseTool], scorer: Any, config: TCRAGConfig,
                  options: Optional[MethodOptions] = None, *, trust_client_identity: bool = False) -> None:
@@ -393,13 +397,21 @@ class RunKernel:
                            stack_depth=depth, state_value=value,
                            detail=reason if error is None else f"{reason}: {error}")
         update.update(trace=self.record(final.get("trace"), config, event), answer=answer,
-                      answer_validated=validated, halt_reason=reason, error=error)
+                      answer_validated=validated, halt_reason=reason, error=error,
+                      confidence=self.confidence_of(final.get("state_value")) if answer is not None else None)
         if not reviewed and answer is not None and not validated and reason != "invalid_input" \
                 and self._run_config(config).review_unvalidated:
             return Command(goto=REVIEW_NODE, update=update)  # a person sees it before the run ends
         result = RunResult.from_state({**final, **update})
         update["messages"] = [AIMessage(content=result.text, response_metadata=result.metadata())]
         return Command(goto=END, update=update)
+
+    def confidence_of(self, value: Optional[float]) -> Optional[float]:
+        """The calibrated probability that an answer with state ``value`` is right (:attr:`confidence_map`,
+        from the stored calibration); None without one or without a value."""
+        if self.confidence_map is None or value is None or not math.isfinite(value):
+            return None
+        return round(confidence_at(value, *self.confidence_map), 4)
 
     def _run_config(self, config: Optional[RunnableConfig]) -> TCRAGConfig:
         """This run's settings where a node has no runtime at hand (the halt): LangGraph's own."""

@@ -44,6 +44,9 @@ class RunResult(BaseModel):
     answer: Optional[str] = None
     structured_answer: Any = Field(default=None, description="The answer in the asked answer_format, if any.")
     answer_validated: bool = False
+    confidence: Optional[float] = Field(default=None, description=(
+        "The calibrated probability that the answer is right (the stored calibration's fit of correctness "
+        "on the state value); None without a calibration of this model, task and state value."))
     halt_reason: Optional[str] = None
     error: Optional[str] = None
     metric: Optional[str] = None
@@ -76,6 +79,7 @@ class RunResult(BaseModel):
             answer=state.get("answer"),
             structured_answer=state.get("structured_answer"),
             answer_validated=bool(state.get("answer_validated")),
+            confidence=state.get("confidence"),
             halt_reason=getattr(halt, "value", halt),
             error=state.get("error"),
             metric=state.get("metric"),
@@ -101,6 +105,7 @@ class RunResult(BaseModel):
         """The compact facts a chat message carries (``AIMessage.response_metadata``)."""
         return {
             "answer_validated": self.answer_validated,
+            "confidence": self.confidence,
             "halt_reason": self.halt_reason,
             "state_value": self.state_value,
             "sigma": self.sigma,

@@ -134,6 +134,7 @@ class MethodState(TypedDict, total=False):
     answer: Optional[str]
     structured_answer: Any  # the answer in the asked answer_format (a choice or a model instance)
     answer_validated: bool
+    confidence: Optional[float]  # the calibrated probability that the answer is right (None: no calibration)
     halt_reason: Optional[str]
     error: Optional[str]
     state_value: Optional[float]

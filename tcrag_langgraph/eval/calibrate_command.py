@@ -20,7 +20,13 @@ from ..agent.flags import EVAL_FLAGS, ApiKeyEnvOpt, BaseUrlOpt, ModelOpt, Scorer
 from .command_options import (ContextOpt, DatasetOpt, ProgressOpt, SeedOpt, ToolsOpt, _load_records, _method_options,
                               _served_settings, _split_methods, _state_value_names, console, refusing_user_errors)
 
-__all__ = ["register"]
+__all__ = ["register", "RISK_LEVELS", "RISK_DELTA"]
+
+#: the risks ``tcrag calibrate`` reports (and stores) the certified sigma and coverage for; a run may
+#: ask for any other (TCRAGConfig(risk=...) recomputes it from the stored answers)
+RISK_LEVELS = (0.05, 0.1, 0.2, 0.3)
+#: their confidence: the guarantee holds with probability 1 - RISK_DELTA (TCRAGConfig.risk_delta's default)
+RISK_DELTA = 0.1
 
 
 def register(app: typer.Typer) -> None:
@@ -72,7 +78,8 @@ def register(app: typer.Typer) -> None:
         from ..monitor.calibration import Calibration, save_calibration
         from ..monitor.consistency import SamplingConsistencyScorer
         from ..monitor.state_values import SAMPLED_VALUES, measure, scorer_score
-        from .calibration import auroc_interval, calibrate
+        from ..monitor.risk import risk_threshold
+        from .calibration import auroc_interval, calibrate, confidence_fit
         from .datasets import answer_format_for, format_question, sample_records, task_name
         from .runner import SettingsMismatch, run_evaluation
 
@@ -219,6 +226,21 @@ def register(app: typer.Typer) -> None:
             typer.echo(f"AUROC 95% interval: {low:.3f} - {high:.3f} ({result.n_correct} correct, {result.n_wrong} wrong)")
             supported = not (low <= 0.5 or (rule == "youden" and p.objective <= 0))
             table.append((one, result, low, high, supported))
+            # validation with a stated risk (TCRAGConfig(risk=...)) reads these answers back; the levels
+            # below are what this sample certifies (coverage: the share of answers validated)
+            pairs = {"values": [v for v in values if v is not None],
+                     "correct": [c for v, c in zip(values, labels) if v is not None]}
+            levels = []
+            for risk in RISK_LEVELS:
+                found = risk_threshold(pairs["values"], pairs["correct"], risk=risk, delta=RISK_DELTA)
+                levels.append({"risk": risk, "delta": RISK_DELTA, "sigma": found and found.sigma,
+                               "coverage": found and round(found.coverage, 4), "errors": found and found.errors,
+                               "accepted": found and found.accepted})
+                typer.echo(f"risk {risk:g} (confidence {1 - RISK_DELTA:g}): " + (
+                    f"sigma {found.sigma:.4g}, validates {found.accepted} of {found.n} (coverage {found.coverage:.2f}), "
+                    f"{found.errors} of them wrong, error bound {found.bound:.3f}" if found else
+                    "no threshold certified on this sample (nothing would be validated)"))
+            fit = confidence_fit(values, labels)
             if not supported:
                 typer.echo(
                     "warning: the state value does not separate correct from wrong answers on this data "
@@ -233,7 +255,8 @@ def register(app: typer.Typer) -> None:
                         details={"rule": rule, "method": names[0], "tpr": p.tpr, "fpr": p.fpr,
                                  "n_correct": result.n_correct, "n_wrong": result.n_wrong,
                                  "n_missing": result.n_missing, "limit": limit, "seed": seed, "supported": supported,
-                                 "auroc_interval": [low, high]},
+                                 "auroc_interval": [low, high], "pairs": pairs, "risk_levels": levels,
+                                 "confidence": fit},
                     )
                 except ValueError as exc:
                     console.print(f"[red]not stored:[/] {exc}")

@@ -36,6 +36,7 @@ import numpy as np
 from ..monitor.calibration import Calibration
 
 __all__ = [
+    "confidence_fit",
     "SigmaProposal",
     "CalibrationResult",
     "state_value_auroc",
@@ -217,3 +218,14 @@ def calibrate_sufficiency(
                                                              "quantity": "path_score"})
 
 
+def confidence_fit(values: Sequence[Optional[float]], correct: Sequence[bool]) -> dict[str, list[float]]:
+    """The probability that an answer is right as a function of its state value: scikit-learn's
+    isotonic regression (decreasing: a lower value is never less likely right), as the points
+    :func:`tcrag_langgraph.monitor.risk.confidence_at` reads (``thresholds``, ``probabilities``)."""
+    from sklearn.isotonic import IsotonicRegression
+
+    x, y, _ = _clean(values, correct)
+    _need_both(y)
+    fit = IsotonicRegression(increasing=False, out_of_bounds="clip", y_min=0.0, y_max=1.0).fit(x, y.astype(float))
+    return {"thresholds": [float(v) for v in fit.X_thresholds_],
+            "probabilities": [round(float(p), 6) for p in fit.y_thresholds_]}

@@ -139,6 +139,8 @@ def _render_result(console: Console, result: Any) -> None:
         structured = json.dumps(result.structured_answer, ensure_ascii=False, default=str)
         console.print(f"[bold]Structured answer:[/] {escape(structured)}")
     console.print(f"[bold]Status:[/] {verdict}")
+    if result.confidence is not None:
+        console.print(f"[bold]Confidence:[/] {result.confidence:.2f} (the calibrated probability that it is right)")
     if result.sources:
         console.print("[bold]Sources:[/]")
         for source in result.sources:
@@ -257,7 +259,7 @@ def ask(
             raise refuse(UserError("Model error", str(exc))) from None
     if not as_json:
         names = ", ".join(t.name for t in tool_list) or "none"
-        sigma = f"{cfg.effective_sigma:g}"
+        sigma = f"{cfg.effective_sigma:g}" if cfg.risk is None else f"certified for risk {cfg.risk:g}"
         label = "TC-RAG" if method == "tcrag" else f"method={method}"
         out.print(f"[bold]{label}[/] metric={cfg.metric} sigma={sigma} "
                   f"max_steps={cfg.max_steps} max_new_tokens={cfg.max_new_tokens} tools={names}", highlight=False)

@@ -28,7 +28,7 @@ from typing import Any, Optional
 from .state_values import STATE_VALUES
 
 __all__ = ["METRICS", "Calibration", "CalibrationNotFoundError", "default_calibration_path", "save_calibration",
-           "load_calibration", "resolve_sigma", "resolve_monitor", "stored_calibrations", "shipped_calibration", "monitor_cannot_judge", "SHIPPED_FILE"]
+           "load_calibration", "resolve_sigma", "resolve_monitor", "stored_calibrations", "shipped_calibration", "monitor_cannot_judge", "SHIPPED_FILE", "risk_sigma", "confidence_map"]
 
 #: the state values a calibration can be stored for
 METRICS = STATE_VALUES
@@ -296,3 +296,43 @@ def resolve_monitor(config: Any, model_id: str) -> tuple[str, float]:
             best = max(usable, key=lambda c: c.auroc)  # max keeps the first of equals: METRICS order
             return best.metric, float(best.sigma)
     return config.metric, resolve_sigma(config, model_id)
+
+
+def risk_sigma(config: Any, model_id: str) -> tuple[float, Optional[str]]:
+    """sigma for ``config.risk`` (:func:`~tcrag_langgraph.monitor.risk.risk_threshold` over the answers
+    stored with the calibration of ``model_id``, ``config.metric`` and ``config.calibration_task``), and
+    ``None``; or, when that sample certifies no threshold, the calibration's own sigma and why nothing
+    may be validated. A missing calibration, or one stored without its answers, is a
+    :class:`CalibrationNotFoundError` saying how to make one."""
+    from .risk import risk_threshold
+
+    calibration = load_calibration(model_id=model_id, metric=config.metric,
+                                   task=getattr(config, "calibration_task", None))
+    pairs = calibration.details.get("pairs") or {}
+    if not pairs.get("values"):
+        raise CalibrationNotFoundError(
+            f"the {config.metric} calibration of {model_id!r} keeps no answers to certify a risk with (made before "
+            "risk existed, or shipped): run tcrag calibrate again for this model and task")
+    found = risk_threshold(pairs["values"], pairs["correct"], risk=config.risk, delta=config.risk_delta)
+    if found is None:
+        wrong = sum(not c for c in pairs["correct"])
+        return float(calibration.sigma), (
+            f"the calibration of {model_id!r} on {calibration.dataset} ({len(pairs['correct'])} answers, {wrong} "
+            f"wrong) cannot certify an error rate of at most {config.risk:g} among validated answers at confidence "
+            f"{1 - config.risk_delta:g}: no answer is validated (calibrate on more questions, or ask for a larger "
+            "risk)")
+    return found.sigma, None
+
+
+def confidence_map(config: Any, model_id: str) -> Optional[tuple[list[float], list[float]]]:
+    """The stored step function from ``config.metric``'s value to the probability that an answer is
+    right, for ``model_id`` on ``config.calibration_task``; None when no calibration with one is stored."""
+    try:
+        calibration = load_calibration(model_id=model_id, metric=config.metric,
+                                       task=getattr(config, "calibration_task", None))
+    except (CalibrationNotFoundError, ValueError):
+        return None
+    fit = calibration.details.get("confidence") or {}
+    if not fit.get("thresholds"):
+        return None
+    return list(fit["thresholds"]), list(fit["probabilities"])

@@ -42,7 +42,7 @@ from ...core.kernel import RunKernel
 from ...core.run_input import extract_question, last_human_is, question_problem
 from ...core.state import Action, TraceEvent, observations
 from ...models.local import chat_model_id
-from ...monitor.calibration import resolve_monitor, resolve_sigma
+from ...monitor.calibration import confidence_map, resolve_monitor, resolve_sigma, risk_sigma
 from ...monitor.consistency import SamplingConsistencyScorer
 from ...monitor.own_model import has_own_monitor
 from ...monitor.scoring import StateScorer
@@ -93,10 +93,22 @@ class TCRAG(RunKernel):
         machine = cls(args.model, args.tools, scorer, cfg, trust_client_identity=args.trust_client_identity)
         if args.scorer is None and scorer is not None:  # what the shipped calibration says of this model as its own monitor
             machine.unjudged = _unjudged(args.model)
+        if cfg.enable_state_monitor and cfg.risk is not None:  # the calibration must exist now, not mid-run
+            _, why = risk_sigma(cfg, chat_model_id(args.model))
+            if why is not None:  # nothing may be validated: the run says why
+                machine.unjudged = {**machine.unjudged, cfg.metric: why}
+        if cfg.enable_state_monitor:
+            try:
+                machine.confidence_map = confidence_map(cfg, chat_model_id(args.model))
+            except ValueError:  # a model without a name has no stored calibration
+                machine.confidence_map = None
         return machine
 
     def sigma(self, cfg: TCRAGConfig) -> float:
-        """sigma as a number; ``"auto"`` is this generator's stored calibration (tcrag calibrate)."""
+        """sigma as a number: the given one or the paper's; ``"auto"`` this generator's stored
+        calibration (tcrag calibrate); with ``risk``, the threshold its stored answers certify."""
+        if cfg.risk is not None:
+            return risk_sigma(cfg, chat_model_id(self.model))[0]
         if cfg.sigma != "auto":
             return cfg.effective_sigma
         return resolve_sigma(cfg, chat_model_id(self.model))
@@ -144,10 +156,12 @@ class TCRAG(RunKernel):
             "repeat_warned": None,
         }
         question, problem = extract_question(state, cfg)
+        if problem is None and (cfg.risk, cfg.risk_delta) != (self.base_config.risk, self.base_config.risk_delta):
+            problem = "risk and risk_delta are set when the graph is built (its calibration is checked then)"
         if problem is None:
             try:
                 base["sigma"] = self.sigma(cfg)
-            except ValueError as exc:  # sigma="auto" with no calibration for this model and metric
+            except (ValueError, FileNotFoundError) as exc:  # "auto" or risk with no calibration for this model
                 problem = str(exc)
         if problem is not None:
             # The question of an earlier turn on this thread must not look like this run's.
