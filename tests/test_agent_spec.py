@@ -164,3 +164,19 @@ def test_an_eval_run_option_reaches_the_runs_and_a_bad_one_is_one_line(tmp_path)
                         env={"COLUMNS": "300"})
     assert bad.exit_code == 2 and "--max-new-tokens" in bad.stderr and "Traceback" not in bad.output
     assert not (tmp_path / "bad").exists()
+
+
+def test_scorer_native_scores_with_the_weights_llama_cpp_generates_with():
+    """One copy of the weights (issue 37 item 4): the monitor reads the quantized GGUF the generator
+    runs, not its float16 re-encoding; only a llama.cpp generator has such weights."""
+    from tcrag_langgraph.models.llama_cpp import LlamaCppChatModel
+    from tcrag_langgraph.monitor.llama_cpp import LlamaCppScorer
+
+    spec = AgentSpec(scorer="native", tools="none")
+    chat = spec.generator()
+    assert isinstance(chat, LlamaCppChatModel)
+    scorer = spec.monitor(chat)
+    assert isinstance(scorer, LlamaCppScorer) and scorer.precision == "native"
+    with pytest.raises(UserError, match="llama.cpp backend") as refused:
+        AgentSpec(scorer="native", backend="transformers").assemble()
+    assert refused.value.flag == "--scorer"
