@@ -70,7 +70,7 @@ def prompt_ids(n: int, tokenize) -> list[int]:
 
 
 def llama_speed(path: str, threads: int, new_tokens: int) -> dict[str, float]:
-    from tcrag_langgraph.models.llama_cpp import load_llama_model
+    from tcrag_langgraph.models.llama_cpp_model import load_llama_model
 
     lm = load_llama_model(path, n_threads=threads, n_ctx=2048)
     llm = lm.llm

@@ -97,7 +97,7 @@ def worker_prepare(a) -> None:
     sys.path.insert(0, str(HERE.parent))
     from _common import corpus_texts
 
-    from tcrag_langgraph.models.llama_cpp import load_llama_model
+    from tcrag_langgraph.models.llama_cpp_model import load_llama_model
 
     lm = load_llama_model(a.model, n_threads=1, n_ctx=512)
     prompt = lm.tokenize(" ".join(corpus_texts(40)), special=False)[: a.prompt_tokens]
@@ -110,7 +110,7 @@ def worker_prepare(a) -> None:
 
 def worker_llama(a, ids: dict) -> None:
     t0 = time.perf_counter()
-    from tcrag_langgraph.models.llama_cpp import load_llama_model
+    from tcrag_langgraph.models.llama_cpp_model import load_llama_model
 
     if a.logprobs:
         from tcrag_langgraph.monitor.llama_cpp import LlamaCppScorer

@@ -32,7 +32,7 @@ def main() -> None:
 
     import torch
 
-    from tcrag_langgraph.models.llama_cpp import load_llama_model
+    from tcrag_langgraph.models.llama_cpp_model import load_llama_model
     from tcrag_langgraph.models.weights import load_local_model
     from tcrag_langgraph.monitor.llama_cpp import LlamaCppScorer
     from tcrag_langgraph.monitor.scoring import LocalLMScorer

@@ -43,7 +43,8 @@ TEXT = "Vitamin C treats scurvy."
 def test_llama_cpp_offloads_layers_and_scores_like_the_cpu():
     """device="cuda" offloads every layer (n_gpu_layers=-1); cppl/uct within 2 % of the CPU run of the
     same GGUF; generation with prefix reuse equals generation without."""
-    from tcrag_langgraph.models.llama_cpp import LlamaCppChatModel, load_llama_model
+    from tcrag_langgraph.models.llama_cpp import LlamaCppChatModel
+    from tcrag_langgraph.models.llama_cpp_model import load_llama_model
     from tcrag_langgraph.monitor.llama_cpp import LlamaCppScorer
 
     gpu_chat = LlamaCppChatModel(model_path=MODEL, device="cuda", max_new_tokens=12, temperature=0.0)

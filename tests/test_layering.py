@@ -67,7 +67,7 @@ def test_every_module_belongs_to_a_known_layer():
     assert {part_of(m) for m in MODULES} <= set(ALLOWED), {part_of(m) for m in MODULES} - set(ALLOWED)
     # the parts a newcomer looks for are where the layout says
     for module in ("core.kernel", "methods.tcrag.graph", "methods.tcrag.transitions", "methods.tcrag.state", "monitor.scoring", "monitor.calibration",
-                   "agent.spec", "agent.flags", "models.local", "models.weights", "models.resolve", "models.llama_cpp", "models.speculative", "monitor.own_model",
+                   "agent.spec", "agent.flags", "models.local", "models.weights", "models.resolve", "models.llama_cpp", "models.llama_cpp_model", "models.speculative", "monitor.own_model",
                    "monitor.llama_cpp", "faces.cli", "faces.serve", "faces.studio", "methods.registry",
                    "methods.baselines", "methods.crp_rag", "methods.kag_thinker", "methods.diffrag", "tools.layer"):
         assert f"{PACKAGE}.{module}" in MODULES, module

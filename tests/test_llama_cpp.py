@@ -19,7 +19,8 @@ import pytest
 from langchain_core.messages import AIMessage, HumanMessage, SystemMessage
 
 from tcrag_langgraph.models.gguf_files import check_gguf_file
-from tcrag_langgraph.models.llama_cpp import LlamaCppChatModel, load_llama_model
+from tcrag_langgraph.models.llama_cpp import LlamaCppChatModel
+from tcrag_langgraph.models.llama_cpp_model import load_llama_model
 from tcrag_langgraph.models.local import LocalChatModel, takes_generation_settings
 from tcrag_langgraph.models.weights import LocalModelError, default_model_source
 from tcrag_langgraph.models.resolve import resolve_chat_model

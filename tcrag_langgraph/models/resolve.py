@@ -120,7 +120,8 @@ def _local_chat(path: Optional[str], backend: Optional[str], opts: dict[str, Any
     use_llama = backend == "llama_cpp" or (
         backend in (None, "auto") and is_gguf and opts.get("device", "cpu") == "cpu" and "dtype" not in opts)
     if use_llama:
-        from .llama_cpp import LlamaCppChatModel, llama_cpp_available  # only when a GGUF runs: startup time
+        from .llama_cpp import LlamaCppChatModel  # only when a GGUF runs: startup time
+        from .llama_cpp_model import llama_cpp_available
 
         if llama_cpp_available():
             return LlamaCppChatModel(model_path=path, **opts)

@@ -15,7 +15,7 @@ __all__ = ["SpeculativeStats", "NEAR_TIE_LOGITS", "speculative_greedy", "argmax_
 
 
 class ExactCacheModel(Protocol):
-    """What speculative decoding needs of a loaded model (a :class:`~.llama_cpp.LlamaCppModel`):
+    """What speculative decoding needs of a loaded model (a :class:`~.llama_cpp_model.LlamaCppModel`):
     llama-cpp-python's ``Llama``, its sizes, and how much of its cache plain decoding computed."""
 
     llm: Any

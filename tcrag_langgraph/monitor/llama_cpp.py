@@ -11,7 +11,8 @@ from pathlib import Path
 from typing import Any, Callable, Optional
 
 from ..models.gguf_files import f16_copy
-from ..models.llama_cpp import LlamaCppChatModel, LlamaCppModel, load_llama_model
+from ..models.llama_cpp import LlamaCppChatModel
+from ..models.llama_cpp_model import LlamaCppModel, load_llama_model
 from ..models.llama_cpp_native import decode_at, import_llama_cpp, log_softmax_at, logits_row, quiet_native
 from .scoring import LocalLMScorer, TokenStat, scored_sequence
 from .state_values import LogprobScorer
