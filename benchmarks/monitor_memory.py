@@ -4,9 +4,9 @@
 
     python benchmarks/monitor_memory.py --model /path/qwen2.5-coder-1.5b-instruct.gguf [--runs 1]
 
-Modes: ``f16`` (the default monitor of a GGUF: cppl over the float16 re-encoding, a second copy of
-the weights), ``native`` (``--scorer native``: cppl over the quantized weights llama.cpp generates
-with), ``consistency`` (``--metric consistency``: 5 resampled answers, no log-probs) and ``off``
+Modes: ``f16`` (``--scorer f16``: cppl over the float16 re-encoding, a second copy of the weights),
+``native`` (the default for a GGUF since this measurement: cppl over the quantized weights llama.cpp
+generates with), ``consistency`` (``--metric consistency``: 5 resampled answers, no log-probs) and ``off``
 (``--no-state-monitor``).
 """
 
@@ -21,8 +21,8 @@ import sys
 from pathlib import Path
 
 MODES = {
-    "f16": [],
-    "native": ["--scorer", "native"],
+    "f16": ["--scorer", "f16"],
+    "native": [],
     "consistency": ["--metric", "consistency"],
     "off": ["--no-state-monitor"],
 }

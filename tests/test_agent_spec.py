@@ -172,11 +172,21 @@ def test_scorer_native_scores_with_the_weights_llama_cpp_generates_with():
     from tcrag_langgraph.models.llama_cpp import LlamaCppChatModel
     from tcrag_langgraph.monitor.llama_cpp import LlamaCppScorer
 
+    from tcrag_langgraph.models.weights import default_model_source
+    from tcrag_langgraph.monitor.own_model import scorer_for_model
+
     spec = AgentSpec(scorer="native", tools="none")
     chat = spec.generator()
     assert isinstance(chat, LlamaCppChatModel)
     scorer = spec.monitor(chat)
     assert isinstance(scorer, LlamaCppScorer) and scorer.precision == "native"
+    assert AgentSpec(scorer="f16").monitor(chat).precision == "f16"  # the float16 reference, on request
+    # by default the monitor reads the weights the generator runs: the packaged model generates on its
+    # float16 re-encoding, any other GGUF on the file as it is
+    assert chat.generates_float16 and scorer_for_model(chat).precision == "f16"
+    folder, name = default_model_source()
+    as_file = AgentSpec(model=str(folder / name)).generator()
+    assert not as_file.generates_float16 and scorer_for_model(as_file).precision == "native"
     with pytest.raises(UserError, match="llama.cpp backend") as refused:
         AgentSpec(scorer="native", backend="transformers").assemble()
     assert refused.value.flag == "--scorer"

@@ -214,9 +214,9 @@ ApiKeyEnvOpt = Annotated[_Text, typer.Option(
     "key itself never goes on the command line).", rich_help_panel=SERVED_PANEL)]
 ScorerOpt = Annotated[_Text, typer.Option(
     help="The state monitor: the address of a vLLM or SGLang completions server of the same model (e.g. "
-    "http://127.0.0.1:8000/v1), a local folder or .gguf file with the same weights, 'native' (a .gguf's quantized "
-    "weights as llama.cpp runs them: no second copy of the weights), or a Python function returning a scorer "
-    "(module:function); default: the model's own weights (local models; also 'local').",
+    "http://127.0.0.1:8000/v1), a local folder or .gguf file with the same weights, 'f16' (a .gguf's float16 "
+    "re-encoding: the exact reference, a second copy of the weights), or a Python function returning a scorer "
+    "(module:function); default: the weights the model generates with (local models; also 'local').",
     rich_help_panel=SERVED_PANEL)]
 ScorerModelOpt = Annotated[_Text, typer.Option(
     metavar="NAME", help="The model name the monitor's server knows the model by; default: the name in --model.",

@@ -180,9 +180,10 @@ class AgentSpec(BaseModel):
     base_url: Optional[str] = Field(default=None, description="a served model's API address")
     api_key_env: Optional[str] = Field(default=None, description="the variable holding the served model's key")
     scorer: Optional[str] = Field(default=None, description="the state monitor: None or 'local' (the generator's own "
-                                  "weights; a GGUF through its float16 re-encoding), 'native' (a GGUF's quantized "
-                                  "weights as llama.cpp runs them: no second copy), a completions server address, a "
-                                  "model folder or .gguf file, or 'module:callable' returning a scorer")
+                                  "weights, the ones it generates with), 'f16' (a GGUF's float16 re-encoding: the "
+                                  "reference, a second copy of the weights), 'native' (its quantized weights), a "
+                                  "completions server address, a model folder or .gguf file, or 'module:callable' "
+                                  "returning a scorer")
     scorer_model: Optional[str] = None
     scorer_start_text: str = ""
     tools: str = Field(default="default", description="comma-separated presets (none, default, docs, web) or "
@@ -294,14 +295,14 @@ class AgentSpec(BaseModel):
                 return scorer_for_model(generator)
             except MonitorUnavailableError:
                 raise monitor_refusal() from None
-        if spec == "native":  # one copy of the weights: the quantized GGUF llama.cpp generates with
+        if spec in ("native", "f16"):  # a GGUF's quantized weights as llama.cpp runs them, or its float16 copy
             from ..models.llama_cpp import LlamaCppChatModel
             from ..monitor.llama_cpp import LlamaCppScorer
 
             if not isinstance(generator, LlamaCppChatModel):
-                raise UserError("Invalid option", "--scorer native scores with the weights llama.cpp runs: it needs "
-                                                  "a .gguf model on the llama.cpp backend", flag="--scorer")
-            return LlamaCppScorer(chat_model=generator, precision="native")
+                raise UserError("Invalid option", f"--scorer {spec} scores with the GGUF llama.cpp runs: it needs a "
+                                                  ".gguf model on the llama.cpp backend", flag="--scorer")
+            return LlamaCppScorer(chat_model=generator, precision=spec)
         if not spec.startswith(("http://", "https://")) and ":" in spec and _factory(spec) is not None:
             return load_factory(spec, flag="--scorer")
         from ..monitor.from_spec import scorer_from_spec

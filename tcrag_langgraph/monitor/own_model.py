@@ -55,8 +55,12 @@ def scorer_for_model(model: Any, **scorer_options: Any) -> StateScorer:
     from ..models.llama_cpp import LlamaCppChatModel  # (a LocalChatModel subclass: checked first)
     from .llama_cpp import LlamaCppScorer
 
-    if isinstance(model, LlamaCppChatModel):  # llama.cpp's own logits over the same loaded GGUF
-        return LlamaCppScorer(chat_model=model, **scorer_options)
+    if isinstance(model, LlamaCppChatModel):  # llama.cpp's own logits over the very weights it generates with
+        # one copy of the weights: the float16 re-encoding where generation runs on it (the packaged
+        # model), else the quantized file (as good at telling right from wrong answers on the 1.5B,
+        # benchmarks/RESULTS.md section 15, at 2.2 GB instead of 5.6); --scorer f16 keeps the reference
+        options = {"precision": "f16" if model.generates_float16 else "native", **scorer_options}
+        return LlamaCppScorer(chat_model=model, **options)
     if isinstance(model, LocalChatModel):
         return LocalLMScorer(model_loader=lambda: model.local_model, **scorer_options)
     pipe = _hf_pipeline_of(model)
