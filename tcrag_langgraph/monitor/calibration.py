@@ -306,8 +306,13 @@ def risk_sigma(config: Any, model_id: str) -> tuple[float, Optional[str]]:
     :class:`CalibrationNotFoundError` saying how to make one."""
     from .risk import risk_threshold
 
-    calibration = load_calibration(model_id=model_id, metric=config.metric,
-                                   task=getattr(config, "calibration_task", None))
+    try:
+        calibration = load_calibration(model_id=model_id, metric=config.metric,
+                                       task=getattr(config, "calibration_task", None))
+    except CalibrationNotFoundError as missing:  # the same advice, in risk's words
+        raise CalibrationNotFoundError(f"risk={config.risk:g} reads the answers of a stored calibration: "
+                                       + str(missing).replace("or give sigma as a number",
+                                                              "or validate with sigma instead of risk")) from None
     pairs = calibration.details.get("pairs") or {}
     if not pairs.get("values"):
         raise CalibrationNotFoundError(
