@@ -62,10 +62,11 @@ def token_logprobs_to_metric(logprobs: list[float], metric: str) -> float:
     raise ValueError(f"unknown metric {metric!r}; use 'cppl' or 'uct'")
 
 def base_metric(metric: str) -> Optional[str]:
-    """The formula a value applies to token log-probs (``cppl``/``uct``); None for ``answer_prob``."""
+    """The formula a value applies to token log-probs (``cppl``/``uct``); None for ``answer_prob`` and the
+    sampled values, which apply neither."""
     if metric not in STATE_VALUES:
         raise ValueError(f"unknown state value {metric!r}; choose from {', '.join(STATE_VALUES)}")
-    return None if metric == "answer_prob" else metric.split("_")[0]
+    return None if metric == "answer_prob" or metric in SAMPLED_VALUES else metric.split("_")[0]
 
 
 class LogprobScorer:

@@ -79,6 +79,8 @@ class TCRAG(RunKernel):
     state_schema = TCRAGState
     context_schema = TCRAGConfig
     nodes = {name: name.lower() for name in NODE_NAMES}
+    #: with ``risk``: the sigma the stored calibration certified when the graph was built
+    certified_sigma: Optional[float] = None
 
     @classmethod
     def prepare(cls, args: BuildArguments) -> "TCRAG":
@@ -94,7 +96,7 @@ class TCRAG(RunKernel):
         if args.scorer is None and scorer is not None:  # what the shipped calibration says of this model as its own monitor
             machine.unjudged = _unjudged(args.model)
         if cfg.enable_state_monitor and cfg.risk is not None:  # the calibration must exist now, not mid-run
-            _, why = risk_sigma(cfg, chat_model_id(args.model))
+            machine.certified_sigma, why = risk_sigma(cfg, chat_model_id(args.model))
             if why is not None:  # nothing may be validated: the run says why
                 machine.unjudged = {**machine.unjudged, cfg.metric: why}
         if cfg.enable_state_monitor:
@@ -107,8 +109,10 @@ class TCRAG(RunKernel):
     def sigma(self, cfg: TCRAGConfig) -> float:
         """sigma as a number: the given one or the paper's; ``"auto"`` this generator's stored
         calibration (tcrag calibrate); with ``risk``, the threshold its stored answers certify."""
-        if cfg.risk is not None:
-            return risk_sigma(cfg, chat_model_id(self.model))[0]
+        if cfg.risk is not None:  # certified once when the graph was built (a run cannot change risk)
+            if self.certified_sigma is not None:
+                return self.certified_sigma
+            return risk_sigma(cfg, chat_model_id(self.model))[0]  # built with the monitor off
         if cfg.sigma != "auto":
             return cfg.effective_sigma
         return resolve_sigma(cfg, chat_model_id(self.model))
