@@ -31,7 +31,7 @@ import base64
 import contextlib
 import logging
 import re
-from typing import Any, Callable, Iterable, Iterator, Optional
+from typing import Any, Callable, Iterator, Optional
 from urllib.parse import unquote, urlsplit, urlunsplit
 
 import numpy as np
@@ -277,22 +277,9 @@ class ElasticsearchStore(DocumentStore):
         self._client.close()
 
     # -- writing
-    def add(
-        self,
-        chunks: Iterable[Chunk],
-        *,
-        vectors: np.ndarray | None = None,
-        progress: Callable[[int], None] | None = None,
-    ) -> int:
+    def _add(self, chunks: list[Chunk], vectors: np.ndarray | None, progress: Callable[[int], None] | None) -> int:
         from elasticsearch import helpers
 
-        chunks = self._checked_chunks(chunks)
-        if not chunks:
-            return 0
-        if vectors is not None:
-            vectors = np.asarray(vectors, dtype=np.float32)
-            if vectors.ndim != 2 or vectors.shape[0] != len(chunks):
-                raise ValueError(f"vectors must have shape ({len(chunks)}, dim), got {vectors.shape}")
         if not self._index_ready:
             self.create_index(dims=None if vectors is None else int(vectors.shape[1]))
 

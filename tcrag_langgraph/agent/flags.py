@@ -115,10 +115,13 @@ def _flag_for(name: str, field_info: Any, defaults: Mapping[str, Any] = FACE_DEF
 
 @dataclass(frozen=True)
 class ConfigFlags:
-    """The config flags of a kind of command: the defaults it starts from and the fields it leaves out."""
+    """The flags of a kind of command: the config defaults it starts from, the fields it leaves out,
+    and the options naming its agent (model, monitor, tools: :class:`AgentSpec`'s fields), which its
+    commands take, with the config flags, as ``**options``."""
 
     defaults: Mapping[str, Any]
     not_flags: Mapping[str, str] = field(default_factory=lambda: dict(NOT_FLAGS))
+    agent_options: tuple[inspect.Parameter, ...] = ()
 
     def flags(self) -> list[ConfigFlag]:
         """A flag for every TCRAGConfig field but those in :attr:`not_flags`."""
@@ -143,43 +146,15 @@ class ConfigFlags:
             raise UserError("Invalid option", f"{where}: {first['msg']}", flag=where) from None
 
     def signature(self, command: Callable[..., Any]) -> inspect.Signature:
-        """``command``'s own parameters, then one keyword parameter per flag (Typer reads this); the
-        command takes them as ``**config_values``."""
+        """``command``'s own parameters, then :attr:`agent_options` and one keyword parameter per
+        flag (Typer reads this); the command takes those as ``**options``."""
         own = [p for p in inspect.signature(command, eval_str=True).parameters.values()
                if p.kind is not p.VAR_KEYWORD]
-        return inspect.Signature([*own, *(flag.parameter for flag in self.flags())])
+        return inspect.Signature([*own, *self.agent_options, *(flag.parameter for flag in self.flags())])
 
-
-def face_spec(flags: Mapping[str, Any]) -> AgentSpec:
-    """The agent of ``tcrag ask`` / ``tcrag serve`` from their flags, which are named as
-    :class:`AgentSpec`'s fields and TCRAGConfig's (``scripted`` is ``script``; ``--tools/--no-tools``
-    the default tools or none; a script replaces the model, so ``seed`` goes with it). The run options
-    apply over the faces' budgets and a script's own settings; other names (the command's own) are
-    left out. Every problem is a :class:`UserError`."""
-    script = flags.get("scripted")
-    config = FACE_FLAGS.config({flag.field: flags.get(flag.field) for flag in FACE_FLAGS.flags()},
-                               base=AgentSpec.base_config(script))
-    own = {name: flags[name] for name in AgentSpec.model_fields
-           if name in flags and name not in ("tools", "config", "script") and not (script and name == "seed")}
-    return AgentSpec.create(script=script, tools="default" if flags.get("tools", True) else "none", config=config,
-                            **own)
-
-
-#: ``tcrag ask`` and ``tcrag serve``: every field but :data:`NOT_FLAGS`, from the faces' bounded budgets
-FACE_FLAGS = ConfigFlags(FACE_DEFAULTS)
-#: ``tcrag eval`` and ``tcrag calibrate``: the run options every method shares, from the paper's defaults
-EVAL_FLAGS = ConfigFlags({}, {**NOT_FLAGS, **_EVAL_SETS_ITSELF})
-
-
-def config_flags(kind: ConfigFlags = FACE_FLAGS) -> list[ConfigFlag]:
-    """The flags of ``kind`` (default: the faces')."""
-    return kind.flags()
-
-
-def config_from_flags(values: Mapping[str, Any], base: Optional[TCRAGConfig] = None,
-                      kind: ConfigFlags = FACE_FLAGS) -> TCRAGConfig:
-    """:meth:`ConfigFlags.config` of ``kind`` (default: the faces')."""
-    return kind.config(values, base)
+    def agent_values(self, options: Mapping[str, Any]) -> dict[str, Any]:
+        """The values of :attr:`agent_options` among a command's ``options``."""
+        return {p.name: options[p.name] for p in self.agent_options if p.name in options}
 
 
 # ----- the options of AgentSpec's fields, declared once for every command -----
@@ -231,3 +206,59 @@ EsIndexOpt = Annotated[str, typer.Option(
     envvar="TCRAG_ES_INDEX", help="The Elasticsearch index to search.", rich_help_panel=DOCS_PANEL)]
 EsApiKeyEnvOpt = Annotated[_Text, typer.Option(
     metavar="NAME", help="The environment variable holding the Elasticsearch API key.", rich_help_panel=DOCS_PANEL)]
+ToolsSwitchOpt = Annotated[bool, typer.Option(
+    "--tools/--no-tools", help="Give the agent the medical tools (documents, knowledge graph, encyclopedia, "
+    "medical records).", rich_help_panel=MODEL_PANEL)]
+ToolsPresetOpt = Annotated[str, typer.Option(
+    help="none, default, docs, web (comma-separated) or a Python function returning tools (module:function).",
+    rich_help_panel=MODEL_PANEL)]
+
+
+def _option(name: str, annotation: Any, default: Any) -> inspect.Parameter:
+    return inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=default, annotation=annotation)
+
+
+_SERVED_AND_MONITOR = (
+    _option("base_url", BaseUrlOpt, None), _option("api_key_env", ApiKeyEnvOpt, None),
+    _option("scorer_model", ScorerModelOpt, None), _option("scorer_start_text", ScorerStartOpt, ""),
+    _option("es_url", EsUrlOpt, None), _option("es_index", EsIndexOpt, "tcrag-docs"),
+    _option("es_api_key_env", EsApiKeyEnvOpt, None),
+)
+
+#: ``tcrag ask`` and ``tcrag serve``: one method, any model (default: the packaged one), the default
+#: tools or none; every config field but :data:`NOT_FLAGS`, from the faces' bounded budgets
+FACE_FLAGS = ConfigFlags(FACE_DEFAULTS, agent_options=(
+    _option("method", MethodOpt, "tcrag"), _option("model", ModelOpt, None), _option("device", DeviceOpt, None),
+    _option("dtype", DtypeOpt, None), _option("backend", BackendOpt, None), _option("tools", ToolsSwitchOpt, True),
+    _option("scripted", ScriptedOpt, None), _option("scorer", ScorerOpt, None), *_SERVED_AND_MONITOR))
+#: ``tcrag eval`` and ``tcrag calibrate``: models, tools and monitors as presets or ``module:function``
+#: (their methods are options of their own); the run options every method shares, from the paper's defaults
+EVAL_FLAGS = ConfigFlags({}, {**NOT_FLAGS, **_EVAL_SETS_ITSELF}, agent_options=(
+    _option("model", ModelOpt, "local"), _option("tools", ToolsPresetOpt, "none"), _option("scorer", ScorerOpt, "local"),
+    *_SERVED_AND_MONITOR))
+
+
+def face_spec(flags: Mapping[str, Any]) -> AgentSpec:
+    """The agent of ``tcrag ask`` / ``tcrag serve`` from their flags, which are named as
+    :class:`AgentSpec`'s fields and TCRAGConfig's (``scripted`` is ``script``; ``--tools/--no-tools``
+    the default tools or none; a script replaces the model, so ``seed`` goes with it). The run options
+    apply over the faces' budgets and a script's own settings; other names (the command's own) are
+    left out. Every problem is a :class:`UserError`."""
+    script = flags.get("scripted")
+    config = FACE_FLAGS.config({flag.field: flags.get(flag.field) for flag in FACE_FLAGS.flags()},
+                               base=AgentSpec.base_config(script))
+    own = {name: flags[name] for name in AgentSpec.model_fields
+           if name in flags and name not in ("tools", "config", "script") and not (script and name == "seed")}
+    return AgentSpec.create(script=script, tools="default" if flags.get("tools", True) else "none", config=config,
+                            **own)
+
+
+def config_flags(kind: ConfigFlags = FACE_FLAGS) -> list[ConfigFlag]:
+    """The flags of ``kind`` (default: the faces')."""
+    return kind.flags()
+
+
+def config_from_flags(values: Mapping[str, Any], base: Optional[TCRAGConfig] = None,
+                      kind: ConfigFlags = FACE_FLAGS) -> TCRAGConfig:
+    """:meth:`ConfigFlags.config` of ``kind`` (default: the faces')."""
+    return kind.config(values, base)

@@ -16,8 +16,8 @@ from typing import Any, Optional
 
 import typer
 
-from ..agent.flags import EVAL_FLAGS, ApiKeyEnvOpt, BaseUrlOpt, ModelOpt, ScorerModelOpt, ScorerOpt, ScorerStartOpt
-from .command_options import (ContextOpt, DatasetOpt, ProgressOpt, SeedOpt, ToolsOpt, _load_records, _method_options,
+from ..agent.flags import EVAL_FLAGS
+from .command_options import (ContextOpt, DatasetOpt, ProgressOpt, SeedOpt, _load_records, _method_options,
                               _served_settings, _split_methods, _state_value_names, console, refusing_user_errors)
 
 __all__ = ["register", "RISK_LEVELS", "RISK_DELTA"]
@@ -46,13 +46,6 @@ def register(app: typer.Typer) -> None:
         seed: SeedOpt = 0,
         out: Path = typer.Option(..., help="output folder (results.jsonl, calibration.json); reruns resume"),
         context: ContextOpt = True,
-        model: ModelOpt = "local",
-        tools: ToolsOpt = "none",
-        scorer: ScorerOpt = "local",
-        base_url: BaseUrlOpt = None,
-        api_key_env: ApiKeyEnvOpt = None,
-        scorer_model: ScorerModelOpt = None,
-        scorer_start_text: ScorerStartOpt = "",
         progress: ProgressOpt = True,
         save: bool = typer.Option(True, "--save/--no-save", help="store the sigma for sigma='auto' (ask/eval/serve/build_graph)"),
         calibration_file: Optional[Path] = typer.Option(
@@ -62,7 +55,7 @@ def register(app: typer.Typer) -> None:
                                               "correct from wrong answers (AUROC <= 0.5)"),
         method_options: Optional[str] = typer.Option(None, help="own options of a papers' method as JSON, "
                                                      "as for tcrag eval"),
-        **config_values: Any,
+        **options: Any,
     ) -> None:
         """State values of correct vs wrong answers on a dev split: AUROC and a proposed sigma, stored
         for --sigma auto.
@@ -108,9 +101,9 @@ def register(app: typer.Typer) -> None:
         if not records:
             raise typer.BadParameter("calibration needs multiple-choice or yes/no questions (correct vs wrong)")
         ctask = calibration_task or task_name(dataset)
-        cfg = EVAL_FLAGS.config(config_values).merged({"metric": metrics[0], "calibration_task": ctask})
-        spec = AgentSpec.create(method=names[0], model=model, base_url=base_url, api_key_env=api_key_env, scorer=scorer,
-                                scorer_model=scorer_model, scorer_start_text=scorer_start_text, tools=tools, config=cfg)
+        cfg = EVAL_FLAGS.config(options).merged({"metric": metrics[0], "calibration_task": ctask})
+        agent = EVAL_FLAGS.agent_values(options)  # model, tools, monitor: named as AgentSpec's fields
+        spec = AgentSpec.create(method=names[0], config=cfg, **agent)
         chat = spec.generator()
         stored_id: Optional[str] = model_id
         if save and stored_id is None:
@@ -128,8 +121,8 @@ def register(app: typer.Typer) -> None:
         sampler = SamplingConsistencyScorer(chat) if set(metrics) & set(SAMPLED_VALUES) else None
         graphs = {names[0]: spec.build(AgentParts(chat, spec.tool_list(), state_scorer, cfg),
                                        options=own_options.get(names[0]))}
-        settings = {"dataset": dataset, "split": split, "context": context, "limit": limit, "model": model,
-                    "tools": tools, "scorer": scorer, **_served_settings(base_url, scorer_model, None, None),
+        settings = {"dataset": dataset, "split": split, "context": context, "limit": limit, "model": agent["model"],
+                    "tools": agent["tools"], "scorer": agent["scorer"], **_served_settings(agent),
                     "config": cfg.model_dump(mode="json"), "purpose": "calibrate"}
         if own_options:
             settings["method_options"] = own_options

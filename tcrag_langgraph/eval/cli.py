@@ -24,10 +24,9 @@ from typing import Any, Optional
 import typer
 from pydantic import ValidationError
 
-from ..agent.flags import (EVAL_FLAGS, ApiKeyEnvOpt, BaseUrlOpt, EsIndexOpt, EsUrlOpt, ModelOpt, ScorerModelOpt,
-                           ScorerOpt, ScorerStartOpt)
+from ..agent.flags import EVAL_FLAGS
 from . import calibrate_command
-from .command_options import (ContextOpt, DatasetOpt, ProgressOpt, SeedOpt, ToolsOpt, _load_records, _method_options,
+from .command_options import (ContextOpt, DatasetOpt, ProgressOpt, SeedOpt, _load_records, _method_options,
                               _served_settings, _split_methods, console, refusing_user_errors)
 
 __all__ = ["register"]
@@ -146,16 +145,7 @@ def register(app: typer.Typer) -> None:
         fields: Optional[str] = typer.Option(None, help='JSONL field mapping as JSON, e.g. {"question": "q"}'),
         task: Optional[str] = typer.Option(None, help="JSONL: force mcq, yesno or open"),
         answer_index_base: Optional[int] = typer.Option(None, help="JSONL: integer answers are 0- or 1-based"),
-        model: ModelOpt = "local",
-        tools: ToolsOpt = "none",
         exclude_eval_docs: bool = typer.Option(False, help="docs tool: drop the evaluated questions' own abstracts"),
-        scorer: ScorerOpt = "local",
-        base_url: BaseUrlOpt = None,
-        api_key_env: ApiKeyEnvOpt = None,
-        scorer_model: ScorerModelOpt = None,
-        scorer_start_text: ScorerStartOpt = "",
-        es_url: EsUrlOpt = None,
-        es_index: EsIndexOpt = "tcrag-docs",
         sigma_cppl: Optional[str] = typer.Option(None, help="sigma for cppl: a number, or auto (the model's "
                                                  "stored calibration, tcrag calibrate); default: paper's 10"),
         sigma_uct: Optional[str] = typer.Option(None, help="sigma for uct: a number or auto; default: paper's 20"),
@@ -177,7 +167,7 @@ def register(app: typer.Typer) -> None:
             False, "--reply-cache", help="greedy runs only: keep the model's replies in the run folder "
             "(replies.sqlite), so a prompt two methods send alike is generated once; time still counts each "
             "replayed reply at the seconds its generation took"),
-        **config_values: Any,
+        **options: Any,
     ) -> None:
         """Evaluate methods on a dataset: accuracy and cost per method (paper Tables 1, 2, 5)."""
         from ..agent.spec import AgentSpec
@@ -195,7 +185,8 @@ def register(app: typer.Typer) -> None:
             raise typer.BadParameter("--attack keeps per-question state: run it with --concurrency 1")
         if noise not in ("irrelevant", "relevant", "mixed"):
             raise typer.BadParameter("--noise must be irrelevant, relevant or mixed")
-        run_options = EVAL_FLAGS.config(config_values)
+        run_options = EVAL_FLAGS.config(options)
+        agent = EVAL_FLAGS.agent_values(options)  # model, tools, monitor: named as AgentSpec's fields
         if reply_cache and run_options.temperature > 0:
             raise typer.BadParameter("--reply-cache replays one reply per prompt: it needs greedy decoding "
                                      f"(--temperature 0), not {run_options.temperature}")
@@ -209,10 +200,8 @@ def register(app: typer.Typer) -> None:
         cfg = run_options.merged({"calibration_task": ctask, **({"answer_format": shared} if isinstance(shared, tuple)
                                                                else {})})
         sigma_given = {**_sigma_pairs(sigma), **{k: v for k, v in (("cppl", sigma_cppl), ("uct", sigma_uct)) if v}}
-        spec = AgentSpec.create(
-            method=names[0], model=model, base_url=base_url, api_key_env=api_key_env, scorer=scorer,
-            scorer_model=scorer_model, scorer_start_text=scorer_start_text, tools=tools, es_url=es_url,
-            es_index=es_index, exclude_doc_ids=tuple(r.id for r in records) if exclude_eval_docs else (), config=cfg)
+        spec = AgentSpec.create(method=names[0], config=cfg, **agent,
+                                exclude_doc_ids=tuple(r.id for r in records) if exclude_eval_docs else ())
         parts = spec.assemble(names, share_monitor=True)
         if reply_cache:
             from .reply_cache import REPLY_CACHE_FILE, ReplyCache
@@ -228,13 +217,14 @@ def register(app: typer.Typer) -> None:
             parts = parts._replace(tools=poison_tools(parts.tools, controller))
         sigmas = {k: _sigma_option(v, k, parts.model, ctask, hint="--sigma" if k not in ("cppl", "uct") else None)
                   for k, v in sigma_given.items()}
-        documents = _indexed_documents(names, tools, records, exclude_eval_docs)
+        documents = _indexed_documents(names, agent["tools"], records, exclude_eval_docs)
         graphs = {n: spec.build(parts, method=n, sigmas=sigmas, documents=documents, options=own_options.get(n))
                   for n in names}
         settings = {
             "dataset": dataset, "split": split, "context": context, "long_answers": long_answers, "limit": limit,
-            "model": model, "tools": tools, "exclude_eval_docs": exclude_eval_docs, "scorer": scorer,
-            **_served_settings(base_url, scorer_model, es_url, es_index), "sigmas": sigmas, "config": cfg.model_dump(mode="json"), "attack": attack,
+            "model": agent["model"], "tools": agent["tools"], "exclude_eval_docs": exclude_eval_docs,
+            "scorer": agent["scorer"], **_served_settings(agent), "sigmas": sigmas,
+            "config": cfg.model_dump(mode="json"), "attack": attack,
             "noise": noise if attack else None, "fields": fields, "task": task,
         }
         if own_options:  # absent otherwise, so runs from before this option still resume

@@ -20,8 +20,6 @@ console = Console(stderr=True)
 DatasetOpt = Annotated[str, typer.Option(help="pubmedqa, medmcqa, or a JSONL path")]
 SeedOpt = Annotated[int, typer.Option(help="seed for sampling questions and for generation")]
 ContextOpt = Annotated[bool, typer.Option("--context/--no-context", help="give the dataset's context passage")]
-ToolsOpt = Annotated[str, typer.Option(help="none, default, docs, web (comma-separated) or a Python function "
-                                       "returning tools (module:function)")]
 ProgressOpt = Annotated[bool, typer.Option("--progress/--no-progress", help="show a progress bar")]
 
 
@@ -81,12 +79,11 @@ def _method_options(value: Optional[str], names: list[str]) -> dict[str, dict[st
         raise typer.BadParameter(str(exc), param_hint="--method-options") from exc
 
 
-def _served_settings(base_url: Optional[str], scorer_model: Optional[str], es_url: Optional[str],
-                     es_index: Optional[str]) -> dict[str, Any]:
+def _served_settings(agent: dict[str, Any]) -> dict[str, Any]:
     """The served-model and Elasticsearch choices a run records (only those made, so runs from before
-    these options still resume; never a key)."""
-    given = {"base_url": base_url, "scorer_model": scorer_model, "es_url": es_url,
-             "es_index": es_index if es_url else None}
+    these options still resume; never a key, nor the name of a key's variable)."""
+    given = {"base_url": agent.get("base_url"), "scorer_model": agent.get("scorer_model"), "es_url": agent.get("es_url"),
+             "es_index": agent.get("es_index") if agent.get("es_url") else None}
     return {k: v for k, v in given.items() if v}
 
 

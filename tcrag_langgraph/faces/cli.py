@@ -18,9 +18,7 @@ import typer
 from rich.console import Console
 from typer.core import TyperGroup
 
-from ..agent.flags import (FACE_FLAGS, MODEL_PANEL, ApiKeyEnvOpt, BackendOpt, BaseUrlOpt, DeviceOpt, DtypeOpt,
-                           EsApiKeyEnvOpt, EsIndexOpt, EsUrlOpt, MethodOpt, ModelOpt, ScorerModelOpt, ScorerOpt,
-                           ScorerStartOpt, ScriptedOpt, face_spec)
+from ..agent.flags import FACE_FLAGS, MODEL_PANEL, face_spec
 from ..agent.spec import UserError, one_line
 
 
@@ -199,32 +197,16 @@ def refuse(error: UserError) -> typer.Exit:
 def ask(
     question: str = typer.Argument(..., help="The question to answer."),
     *,
-    method: MethodOpt = "tcrag",
-    model: ModelOpt = None,
-    device: DeviceOpt = None,
-    dtype: DtypeOpt = None,
-    backend: BackendOpt = None,
     seed: Optional[int] = typer.Option(0, help="Local models only: sampling seed (reproducible runs).",
                                        rich_help_panel=MODEL_PANEL),
     threads: Optional[int] = typer.Option(None, min=1, help="CPU threads of the local model, torch or llama.cpp "
                                           "(1 is often faster on a busy machine).", rich_help_panel=MODEL_PANEL),
-    tools: bool = typer.Option(True, "--tools/--no-tools", help="Give the agent the medical tools (documents, "
-                               "knowledge graph, encyclopedia, medical records).", rich_help_panel=MODEL_PANEL),
     as_json: bool = typer.Option(False, "--json", help="Print the run's result as JSON instead of the live view.",
                                  rich_help_panel=MODEL_PANEL),
-    scripted: ScriptedOpt = None,
-    base_url: BaseUrlOpt = None,
-    api_key_env: ApiKeyEnvOpt = None,
-    scorer: ScorerOpt = None,
-    scorer_model: ScorerModelOpt = None,
-    scorer_start_text: ScorerStartOpt = "",
-    es_url: EsUrlOpt = None,
-    es_index: EsIndexOpt = "tcrag-docs",
-    es_api_key_env: EsApiKeyEnvOpt = None,
-    **config_values: Any,
+    **options: Any,
 ) -> None:
     """Answer QUESTION, showing each action, push/pop and state value live."""
-    flags = dict(locals())  # the options, named as AgentSpec's fields (agent.flags.face_spec reads them)
+    method = options["method"]  # the agent's options (agent.flags.FACE_FLAGS) are named as AgentSpec's fields
     from ..core.events import EVENT_NAME
     from ..methods.registry import DEFAULT_METHOD, METHODS, tcrag_config_for
     from ..methods.tcrag.graph import monitor_config
@@ -236,7 +218,7 @@ def ask(
     err = Console(stderr=True)
     quiet_library_progress()
     try:
-        spec = face_spec({**flags, **config_values})
+        spec = face_spec({"seed": seed, **options})
         _, problem = question_problem(question, spec.config)
         if problem is not None:  # refuse before spending time on loading the model
             raise UserError("Invalid question", problem)

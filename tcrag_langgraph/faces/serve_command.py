@@ -8,9 +8,7 @@ from __future__ import annotations
 
 from typing import Any, Optional
 
-from ..agent.flags import (FACE_FLAGS, MODEL_PANEL, ApiKeyEnvOpt, BackendOpt, BaseUrlOpt, DeviceOpt, DtypeOpt,
-                           EsApiKeyEnvOpt, EsIndexOpt, EsUrlOpt, MethodOpt, ModelOpt, ScorerModelOpt, ScorerOpt,
-                           ScorerStartOpt, ScriptedOpt, face_spec)
+from ..agent.flags import FACE_FLAGS, face_spec
 from .serve_guard import ServeCaps
 
 __all__ = ["register"]
@@ -32,21 +30,6 @@ def register(app: Any) -> None:
         host: str = typer.Option("127.0.0.1", help="Network interface to listen on (this machine only by default).",
                                  rich_help_panel=server_panel),
         port: int = typer.Option(8000, min=0, max=65535, help="TCP port.", rich_help_panel=server_panel),
-        method: MethodOpt = "tcrag",
-        model: ModelOpt = None,
-        device: DeviceOpt = None,
-        dtype: DtypeOpt = None,
-        backend: BackendOpt = None,
-        tools: bool = typer.Option(True, "--tools/--no-tools", help="Give the agent the medical tools.",
-                                   rich_help_panel=MODEL_PANEL),
-        base_url: BaseUrlOpt = None,
-        api_key_env: ApiKeyEnvOpt = None,
-        scorer: ScorerOpt = None,
-        scorer_model: ScorerModelOpt = None,
-        scorer_start_text: ScorerStartOpt = "",
-        es_url: EsUrlOpt = None,
-        es_index: EsIndexOpt = "tcrag-docs",
-        es_api_key_env: EsApiKeyEnvOpt = None,
         checkpoint_db: Optional[str] = typer.Option(None, help="SQLite file keeping conversations across restarts.",
                                                     rich_help_panel=server_panel),
         max_threads: int = typer.Option(1000, min=1, help="Conversations kept in memory (without --checkpoint-db).",
@@ -59,7 +42,6 @@ def register(app: Any) -> None:
             help="A host name clients use to reach this server (repeatable; the loopback names always work)."),
         max_body_bytes: int = typer.Option(64 * 1024, min=1, help="Largest request body (bytes).",
                                            rich_help_panel=server_panel),
-        scripted: ScriptedOpt = None,
         log_level: str = typer.Option("info", help="Server log level (critical, error, warning, info, debug).",
                                       rich_help_panel=server_panel),
         cap_max_steps: int = typer.Option(ServeCaps().max_steps, min=1, max=1000, rich_help_panel=server_panel,
@@ -72,10 +54,9 @@ def register(app: Any) -> None:
         cap_answer_format_items: int = typer.Option(ServeCaps().answer_format_items, min=1, max=10_000,
                                                     rich_help_panel=server_panel,
                                                     help="Most answers a request's answer_format may list."),
-        **config_values: Any,
+        **options: Any,
     ) -> None:
         """Serve the agent over HTTP (LangServe): /tcrag/invoke, /stream, /stream_events, /playground/."""
-        flags = dict(locals())  # the options, named as AgentSpec's fields (agent.flags.face_spec reads them)
         import uvicorn
 
         from .auth import UserDirectory
@@ -88,7 +69,7 @@ def register(app: Any) -> None:
                 warning = check_exposure(host, authenticated=users is not None)
             except ValueError as exc:
                 raise UserError("Invalid option", str(exc)) from None
-            spec = face_spec({**flags, **config_values})
+            spec = face_spec(options)  # named as AgentSpec's fields (agent.flags.FACE_FLAGS)
             graph = spec.build()
         except UserError as exc:
             raise refuse(exc) from None
@@ -97,14 +78,15 @@ def register(app: Any) -> None:
         hosts = [*LOOPBACK_HOSTS, *allowed_host]
         if not is_loopback(host) and host not in ("0.0.0.0", "::"):
             hosts.append(host)
-        application = create_app(graph=graph, tools=tools, checkpoint_db=checkpoint_db, users=users,
+        application = create_app(graph=graph, tools=options["tools"], checkpoint_db=checkpoint_db, users=users,
                                  allowed_hosts=hosts, max_body_bytes=max_body_bytes, max_threads=max_threads,
                                  caps=ServeCaps(max_steps=cap_max_steps, max_new_tokens=cap_max_new_tokens,
                                                 max_question_chars=cap_max_question_chars,
                                                 answer_format_items=cap_answer_format_items))
-        typer.echo(f"TC-RAG serving on http://{host}:{port}/tcrag (playground: /tcrag/playground/) method={method}"
+        typer.echo(f"TC-RAG serving on http://{host}:{port}/tcrag (playground: /tcrag/playground/) "
+                   f"method={options['method']}"
                    + (f" [authentication: {len(users.users)} users]" if users else " [no authentication]")
-                   + (" [SCRIPTED model: not a language model]" if scripted else ""), err=True)
+                   + (" [SCRIPTED model: not a language model]" if options["scripted"] else ""), err=True)
         uvicorn.run(application, host=host, port=port, log_level=log_level)
 
     serve.__signature__ = FACE_FLAGS.signature(serve)  # type: ignore[attr-defined]

@@ -66,7 +66,7 @@ from ..core.state import MethodState, TraceEvent, fence_tool_output
 from ..tools.text_analysis import STOPWORDS
 from ..tools.tokens import count_tokens, trim_to_tokens
 
-__all__ = ["ActiveRetrievalOptions", "ActiveRetrievalKernel", "ActiveState", "Trigger",
+__all__ = ["ActiveRetrievalOptions", "ActiveRetrievalKernel", "RetrieveEveryPieceKernel", "ActiveState", "Trigger",
            "content_words", "first_sentence", "join_text", "scoring_context", "split_sentences", "trim_piece"]
 
 SYSTEM_PROMPT = (
@@ -391,3 +391,11 @@ def _read_answer(fmt: Any, text: str) -> tuple[Optional[str], Any, Optional[str]
 def trim_piece(text: str, n_tokens: int) -> str:
     """The first ``n_tokens`` tokens of ``text`` (cl100k, the project's counter), unmarked."""
     return trim_to_tokens(text, n_tokens, marker="").strip()
+
+
+class RetrieveEveryPieceKernel(ActiveRetrievalKernel):
+    """FL-RAG's and FS-RAG's rule: retrieve before every piece, with the piece just written as the
+    query (the question before the first); they differ in what a piece is."""
+
+    def query_before(self, question: str, draft: str, last_piece: str, opts: Any) -> Optional[str]:
+        return last_piece or question

@@ -18,12 +18,12 @@ Example:
 
 from __future__ import annotations
 
-from typing import Any, Optional
+from typing import Any
 
 from pydantic import Field
 
 from ..core.config import TCRAGConfig
-from .adaptive import ActiveRetrievalKernel, ActiveRetrievalOptions, trim_piece
+from .adaptive import ActiveRetrievalOptions, RetrieveEveryPieceKernel, trim_piece
 
 __all__ = ["FLRAGOptions", "FLRAG"]
 
@@ -34,13 +34,10 @@ class FLRAGOptions(ActiveRetrievalOptions):
     n_tokens: int = Field(default=32, ge=1, le=1024, description="Tokens of answer written between two retrievals.")
 
 
-class FLRAG(ActiveRetrievalKernel):
+class FLRAG(RetrieveEveryPieceKernel):
     options_type = FLRAGOptions
     method = "FL-RAG"
     default_name = "fl-rag"
-
-    def query_before(self, question: str, draft: str, last_piece: str, opts: Any) -> Optional[str]:
-        return last_piece or question
 
     def piece_of(self, reply: str, opts: Any) -> str:
         return trim_piece(reply, opts.n_tokens)

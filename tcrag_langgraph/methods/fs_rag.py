@@ -16,9 +16,7 @@ Example:
 
 from __future__ import annotations
 
-from typing import Any, Optional
-
-from .adaptive import ActiveRetrievalKernel, ActiveRetrievalOptions
+from .adaptive import ActiveRetrievalOptions, RetrieveEveryPieceKernel
 
 __all__ = ["FSRAGOptions", "FSRAG"]
 
@@ -27,10 +25,7 @@ class FSRAGOptions(ActiveRetrievalOptions):
     """FS-RAG has only the shared options (a sentence is the window)."""
 
 
-class FSRAG(ActiveRetrievalKernel):
+class FSRAG(RetrieveEveryPieceKernel):
     options_type = FSRAGOptions
     method = "FS-RAG"
     default_name = "fs-rag"
-
-    def query_before(self, question: str, draft: str, last_piece: str, opts: Any) -> Optional[str]:
-        return last_piece or question

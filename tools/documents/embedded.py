@@ -89,16 +89,7 @@ class EmbeddedStore(DocumentStore):
         return len(self._chunks)
 
     # -- writing
-    def add(
-        self,
-        chunks: Iterable[Chunk],
-        *,
-        vectors: np.ndarray | None = None,
-        progress: Callable[[int], None] | None = None,
-    ) -> int:
-        chunks = self._checked_chunks(chunks)
-        if not chunks:
-            return 0
+    def _add(self, chunks: list[Chunk], vectors: np.ndarray | None, progress: Callable[[int], None] | None) -> int:
         if vectors is None:
             parts = []
             for start in range(0, len(chunks), self._batch_size):
@@ -107,12 +98,8 @@ class EmbeddedStore(DocumentStore):
                 if progress:
                     progress(len(batch))
             vectors = np.vstack(parts)
-        else:
-            vectors = np.asarray(vectors, dtype=np.float32)
-            if vectors.ndim != 2 or vectors.shape[0] != len(chunks):
-                raise ValueError(f"vectors must have shape ({len(chunks)}, dim), got {vectors.shape}")
-            if progress:
-                progress(len(chunks))
+        elif progress:
+            progress(len(chunks))
         with self._lock:
             if self._vectors is not None and self._vectors.shape[1] != vectors.shape[1]:
                 raise ValueError(f"vector dimension {vectors.shape[1]} != store dimension {self._vectors.shape[1]}")

@@ -89,7 +89,7 @@ def _check_query(query: str, k: int, mode: str) -> str:
 class DocumentStore(ABC):
     """A searchable collection of :class:`Chunk` objects.
 
-    Backends implement :meth:`add`, :meth:`count` and the two rankers :meth:`_bm25` and
+    Backends implement :meth:`_add`, :meth:`count` and the two rankers :meth:`_bm25` and
     :meth:`_dense`; :meth:`search` validates input, applies ``exclude_ids`` and fuses the
     rankers with :func:`reciprocal_rank_fusion` for ``mode="hybrid"``.
     """
@@ -98,15 +98,6 @@ class DocumentStore(ABC):
     rrf_k: int = 60
     hybrid_candidates: int = 5
 
-    def _checked_chunks(self, chunks: Iterable[Chunk]) -> list[Chunk]:
-        """``chunks`` as a list, refusing anything that is not a :class:`Chunk`."""
-        chunks = list(chunks)
-        for chunk in chunks:
-            if not isinstance(chunk, Chunk):
-                raise TypeError(f"{type(self).__name__}.add expects Chunk objects, got {type(chunk).__name__}")
-        return chunks
-
-    @abstractmethod
     def add(
         self,
         chunks: Iterable[Chunk],
@@ -114,7 +105,25 @@ class DocumentStore(ABC):
         vectors: np.ndarray | None = None,
         progress: Callable[[int], None] | None = None,
     ) -> int:
-        """Index chunks (a chunk with an existing ``chunk_id`` replaces it); returns how many."""
+        """Index chunks (a chunk with an existing ``chunk_id`` replaces it); returns how many.
+
+        ``vectors`` (one row per chunk) skips embedding; ``progress`` is called with each batch's size.
+        The input is checked here, once for every backend; the backend's :meth:`_add` indexes it."""
+        chunks = list(chunks)
+        for chunk in chunks:
+            if not isinstance(chunk, Chunk):
+                raise TypeError(f"{type(self).__name__}.add expects Chunk objects, got {type(chunk).__name__}")
+        if not chunks:
+            return 0
+        if vectors is not None:
+            vectors = np.asarray(vectors, dtype=np.float32)
+            if vectors.ndim != 2 or vectors.shape[0] != len(chunks):
+                raise ValueError(f"vectors must have shape ({len(chunks)}, dim), got {vectors.shape}")
+        return self._add(chunks, vectors, progress)
+
+    @abstractmethod
+    def _add(self, chunks: list[Chunk], vectors: np.ndarray | None, progress: Callable[[int], None] | None) -> int:
+        """Index checked, non-empty ``chunks`` (``vectors``: float32, one row each, or None: embed them)."""
 
     @abstractmethod
     def count(self) -> int:

@@ -37,7 +37,8 @@ from .cohort import generate_cohort, load_profiles
 from .database import EMRDatabase, default_emr_path
 from .parsing import EMRInput, parse_emr_text
 from .redaction import Redactor
-from .schema import admissions, d_icd_diagnoses, diagnoses, labs, medications, metadata, patients
+from . import schema as _schema
+from .schema import admissions, d_icd_diagnoses, diagnoses, labs, medications, metadata, patients  # noqa: F401
 from .tool import (
     EMR_SEARCH_DESCRIPTION,
     EMR_SEARCH_NAME,
@@ -47,30 +48,12 @@ from .tool import (
     emr_tool,
 )
 
+# The package's names, listed by the imports above (the schema's tables as tcrag_langgraph.tools.emr.schema
+# declares them).
 __all__ = [
-    "EMR_SEARCH_NAME",
-    "EMR_SEARCH_DESCRIPTION",
-    "EMR_TOOL_OPTIONS",
-    "metadata",
-    "patients",
-    "admissions",
-    "diagnoses",
-    "d_icd_diagnoses",
-    "medications",
-    "labs",
-    "load_profiles",
-    "generate_cohort",
-    "EMRDatabase",
-    "EMRInput",
-    "parse_emr_text",
-    "Redactor",
-    "PatientFacts",
-    "MatchedPatient",
-    "CaseGroup",
-    "count_bucket",
-    "select_case_groups",
-    "emr_tool",
-    "default_emr_tool",
-    "default_emr_database",
-    "default_emr_path",
+    "EMR_SEARCH_NAME", "EMR_SEARCH_DESCRIPTION", "EMR_TOOL_OPTIONS",
+    *(name for name in _schema.__all__ if name in globals()),
+    "load_profiles", "generate_cohort", "EMRDatabase", "EMRInput", "parse_emr_text", "Redactor", "PatientFacts",
+    "MatchedPatient", "CaseGroup", "count_bucket", "select_case_groups", "emr_tool", "default_emr_tool",
+    "default_emr_database", "default_emr_path",
 ]
