@@ -147,7 +147,8 @@ def monitor_refusal() -> UserError:
     return UserError("No state monitor", "this model exposes no prompt log-probs the monitor can trust. Give "
                      "--scorer http://HOST:PORT/v1 (a vLLM or SGLang completions server of the same model; "
                      "--scorer-model NAME if it serves it under another name), --scorer PATH (a local copy of the "
-                     "same weights), --scorer module:function, a state value that needs no log-probs (--metric "
+                     "same weights), --scorer module:function, a state value read off the replies' own log-probs (--metric "
+                     "gen_answer_prob or gen_cppl, for servers that return them), one that needs no log-probs (--metric "
                      "consistency: the model's own resampled answers), or turn the monitor off (--no-state-monitor, "
                      "or a method without it: wo-monitor, react, base, cot, sr-rag).", flag="--scorer")
 

@@ -37,12 +37,15 @@ class TCRAGConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid", validate_assignment=True)
 
-    metric: Literal["cppl", "uct", "cppl_evidence", "uct_evidence", "answer_prob", "consistency"] = Field(
+    metric: Literal["cppl", "uct", "cppl_evidence", "uct_evidence", "answer_prob", "consistency", "gen_answer_prob",
+                    "gen_cppl", "gen_entropy"] = Field(
         default="cppl", description="State value: cppl (conditional perplexity, eq. 2) or uct (uncertainty, eq. 3), "
         "the paper's; cppl_evidence / uct_evidence (the same, given the tool observations too), answer_prob "
         "(1 - the probability of the chosen answer among the allowed ones; needs an answer_format of choices) "
         "or consistency (1 - the share of the model's own resampled answers that agree; any chat model, no "
-        "log-probs) go beyond it (docs/evaluation.md, Calibration).")
+        "log-probs) go beyond it, as do gen_answer_prob, gen_cppl and gen_entropy (read off the log-probs of the "
+        "reply that wrote the Conclusion: no second pass; llama.cpp and chat servers that return log-probs) "
+        "(docs/monitor.md).")
     sigma: Optional[Union[Annotated[float, Field(gt=0)], Literal["auto"]]] = Field(
         default=None,
         description="Halting threshold; None = paper default for the metric; 'auto' = the model's stored "
@@ -76,6 +79,11 @@ class TCRAGConfig(BaseModel):
     enable_summary: bool = Field(default=True, description="Offer Summary (ablation switch).")
     enable_state_monitor: bool = Field(
         default=True, description="Halt only when the state value falls below sigma; off: on the model's own Conclusion.")
+    record_generation_values: bool = Field(
+        default=False, json_schema_extra={"per_request": False},
+        description="Ask the model for its tokens' log-probs at every step and keep the final answer's generation "
+        "values (gen_answer_prob, gen_cppl, gen_entropy) in the result, whatever the metric (tcrag calibrate sets it "
+        "to measure them).")
     require_review: bool = Field(default=False, description="Pause for human approval before a Conclusion is accepted.",
                                  json_schema_extra={"per_request": False})
     review_unvalidated: bool = Field(
@@ -130,9 +138,9 @@ class TCRAGConfig(BaseModel):
             raise ValueError("risk sets sigma from the model's calibration: give risk or sigma, not both")
         # answer_prob with no answer_format is allowed here: a run can bring its format in the context
         # (tcrag eval does, per question); a run without one halts with scorer_error saying so.
-        if (self.metric == "answer_prob" and self.enable_state_monitor and self.answer_format is not None
-                and not isinstance(self.answer_format, tuple)):
-            raise ValueError("metric 'answer_prob' weighs the allowed answers: give answer_format a list of "
+        if (self.metric in ("answer_prob", "gen_answer_prob") and self.enable_state_monitor
+                and self.answer_format is not None and not isinstance(self.answer_format, tuple)):
+            raise ValueError(f"metric {self.metric!r} weighs the allowed answers: give answer_format a list of "
                              "choices (e.g. yes,no,maybe or option letters), not a model class")
         return self
 

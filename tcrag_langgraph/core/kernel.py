@@ -44,6 +44,7 @@ from langgraph.runtime import Runtime, get_runtime
 from langgraph.types import Command, interrupt
 
 from ..models.local import cut_at_stop, takes_generation_settings
+from ..monitor.generation import TOP_LOGPROBS, reply_tokens
 from ..monitor.risk import confidence_at
 from ..monitor.scoring import TokenStat
 from ..monitor.state_values import measure, scorer_score
@@ -82,7 +83,7 @@ def fresh_run(**extra: Any) -> dict[str, Any]:
     return {"trace": [], "steps": 0, "llm_calls": 0, "tool_calls": 0, "format_retries": 0,
             "token_usage": {"prompt": 0, "completion": 0}, "answer": None, "structured_answer": None,
             "answer_validated": False, "halt_reason": None, "error": None, "state_value": None, "knowledge": [],
-            **extra}
+            "answer_generation_values": {}, **extra}
 
 
 class RunKernel:
@@ -269,8 +270,12 @@ class RunKernel:
 
     def ask(self, work: dict[str, Any], messages: list[BaseMessage], cfg: TCRAGConfig, config: RunnableConfig, *,
             max_new_tokens: Optional[int] = None, temperature: Optional[float] = None,
-            stop: Optional[list[str]] = None) -> str:
+            stop: Optional[list[str]] = None, logprobs: bool = False) -> str:
         """One model call; counts it and its tokens into ``work``; a failure raises ``RunFailure("model_error")``.
+
+        ``logprobs``: ask for the generated tokens' log-probs too (OpenAI's ``logprobs`` /
+        ``top_logprobs``); ``work["generated_tokens"]`` then holds them (None when the reply has none):
+        the generation values of :mod:`~tcrag_langgraph.monitor.generation` read them, with no second pass.
 
         The budget and temperature reach models that take them per call (the local model); a provider
         model keeps its own. ``stop`` is sent where the model accepts it (the parser still drops an
@@ -284,6 +289,8 @@ class RunKernel:
                           temperature=cfg.temperature if temperature is None else temperature)
         elif stop:
             sent = list(stop)[:MAX_PROVIDER_STOPS]
+        if logprobs:
+            kwargs.update(logprobs=True, top_logprobs=TOP_LOGPROBS)
         usage = dict(work.get("token_usage") or {"prompt": 0, "completion": 0})
         try:
             try:
@@ -296,6 +303,8 @@ class RunKernel:
         except Exception as exc:  # a model/server failure ends the run cleanly, with the reason
             raise RunFailure("model_error", f"{type(exc).__name__}: {exc}") from exc
         text = content_text(reply.content)
+        if logprobs:
+            work["generated_tokens"] = reply_tokens(reply)
         if stop:
             text = cut_at_stop(text, stop)
         usage["prompt"] = usage.get("prompt", 0) + sum(count_tokens(content_text(m.content)) for m in messages)

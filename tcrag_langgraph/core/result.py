@@ -47,6 +47,9 @@ class RunResult(BaseModel):
     confidence: Optional[float] = Field(default=None, description=(
         "The calibrated probability that the answer is right (the stored calibration's fit of correctness "
         "on the state value); None without a calibration of this model, task and state value."))
+    answer_generation_values: dict[str, float] = Field(default_factory=dict, description=(
+        "The answer's gen_answer_prob, gen_cppl and gen_entropy, read off the log-probs of the reply that wrote it "
+        "(empty unless the run asked the model for them: a gen_* metric or record_generation_values)."))
     halt_reason: Optional[str] = None
     error: Optional[str] = None
     metric: Optional[str] = None
@@ -80,6 +83,7 @@ class RunResult(BaseModel):
             structured_answer=state.get("structured_answer"),
             answer_validated=bool(state.get("answer_validated")),
             confidence=state.get("confidence"),
+            answer_generation_values=dict(state.get("answer_generation_values") or {}),
             halt_reason=getattr(halt, "value", halt),
             error=state.get("error"),
             metric=state.get("metric"),

@@ -135,6 +135,8 @@ class MethodState(TypedDict, total=False):
     structured_answer: Any  # the answer in the asked answer_format (a choice or a model instance)
     answer_validated: bool
     confidence: Optional[float]  # the calibrated probability that the answer is right (None: no calibration)
+    #: the final answer's state values read off the log-probs of the reply that wrote it (monitor.generation)
+    answer_generation_values: dict[str, float]
     halt_reason: Optional[str]
     error: Optional[str]
     state_value: Optional[float]

@@ -70,7 +70,7 @@ def register(app: typer.Typer) -> None:
         from ..models.local import chat_model_id
         from ..monitor.calibration import Calibration, save_calibration
         from ..monitor.consistency import SamplingConsistencyScorer
-        from ..monitor.state_values import SAMPLED_VALUES, measure, scorer_score
+        from ..monitor.state_values import GENERATION_VALUES, SAMPLED_VALUES, measure, scorer_score
         from ..monitor.risk import risk_threshold
         from .calibration import auroc_interval, calibrate, confidence_fit
         from .datasets import answer_format_for, format_question, sample_records, task_name
@@ -101,7 +101,10 @@ def register(app: typer.Typer) -> None:
         if not records:
             raise typer.BadParameter("calibration needs multiple-choice or yes/no questions (correct vs wrong)")
         ctask = calibration_task or task_name(dataset)
-        cfg = EVAL_FLAGS.config(options).merged({"metric": metrics[0], "calibration_task": ctask})
+        cfg = EVAL_FLAGS.config(options).merged({
+            "metric": metrics[0], "calibration_task": ctask,
+            # the generation values are read off the replies as the runs go (there is no afterwards)
+            **({"record_generation_values": True} if set(metrics) & set(GENERATION_VALUES) else {})})
         agent = EVAL_FLAGS.agent_values(options)  # model, tools, monitor: named as AgentSpec's fields
         spec = AgentSpec.create(method=names[0], config=cfg, **agent)
         chat = spec.generator()
@@ -117,7 +120,8 @@ def register(app: typer.Typer) -> None:
             stored_id += SUFFICIENCY_SUFFIX
         # calibrate measures state values whatever the method reads: log-prob values with the model's own
         # weights (or --scorer), sampled ones (consistency) by resampling the model
-        state_scorer = spec.monitor(chat, own=True) if set(metrics) - set(SAMPLED_VALUES) else spec.monitor(chat)
+        state_scorer = (spec.monitor(chat, own=True) if set(metrics) - set(SAMPLED_VALUES) - set(GENERATION_VALUES)
+                        else spec.monitor(chat))
         sampler = SamplingConsistencyScorer(chat) if set(metrics) & set(SAMPLED_VALUES) else None
         graphs = {names[0]: spec.build(AgentParts(chat, spec.tool_list(), state_scorer, cfg),
                                        options=own_options.get(names[0]))}
@@ -145,6 +149,8 @@ def register(app: typer.Typer) -> None:
         def value_of(one: str, row: dict[str, Any], scorer: Any) -> Optional[float]:
             """The state value ``one`` of a finished run's answer: the rule the stack machine applies
             (:func:`measure`), on the question, the answer and the evidence the run stood on."""
+            if one in GENERATION_VALUES:  # read off the reply that wrote the answer, during the run
+                return (row.get("generation_values") or {}).get(one)
             record = by_id[row["id"]]
             text, choices = row["answer"], None
             fmt = answer_format_for(record)

@@ -35,9 +35,10 @@ truncated or corrupt file is a :class:`~tcrag_langgraph.models.weights.LocalMode
 
 from __future__ import annotations
 
+import math
 import sys
 import threading
-from typing import Any, Iterator, Optional
+from typing import Any, ClassVar, Iterator, Optional
 
 from langchain_core.callbacks import CallbackManagerForLLMRun
 from langchain_core.messages import AIMessage, AIMessageChunk, BaseMessage
@@ -46,7 +47,7 @@ from pydantic import Field, PrivateAttr, field_validator
 
 from .kv_cache import CacheStats
 from .llama_cpp_model import ArchitectureUnsupported, LlamaCppModel, load_llama_model
-from .llama_cpp_native import require_gpu_offload
+from .llama_cpp_native import logits_row, require_gpu_offload
 from .llama_cpp_states import PrefixFiles, reusable_prefix
 from .local import LocalChatModel
 from .speculative import SpeculativeStats, speculative_greedy
@@ -122,6 +123,10 @@ class LlamaCppChatModel(LocalChatModel):
         default=True, description="Keep the key/value state of the prompt's fixed prefix (system prompt and "
         "demonstrations) in $TCRAG_CACHE_DIR/llama-states, so a new process does not prefill it again "
         "(with kv_cache only)")
+
+    #: asked with ``logprobs=True`` (and ``top_logprobs=k``), a reply carries its tokens' log-probs in
+    #: ``response_metadata["logprobs"]`` in OpenAI's shape (monitor.generation reads them)
+    returns_logprobs: ClassVar[bool] = True
 
     _llama: Optional[LlamaCppModel] = PrivateAttr(default=None)
     _draft: Optional[LlamaCppModel] = PrivateAttr(default=None)
@@ -237,13 +242,14 @@ class LlamaCppChatModel(LocalChatModel):
             return self._fallback._generate(messages, stop=stop, run_manager=run_manager, **kwargs)
         pieces = []
         usage: dict[str, Any] = {}
-        for piece, done in self._pieces(messages, stop=stop, **kwargs):
+        tokens: Optional[list[dict[str, Any]]] = [] if kwargs.get("logprobs") else None
+        for piece, done in self._pieces(messages, stop=stop, logprob_tokens=tokens, **kwargs):
             if done is not None:
                 usage = done
             else:
                 pieces.append(piece)
         msg = AIMessage(content="".join(pieces), usage_metadata=usage,
-                        response_metadata={"model_name": self._llama.name, "backend": "llama_cpp"})
+                        response_metadata=self._reply_metadata(tokens))
         return ChatResult(generations=[ChatGeneration(message=msg)])
 
     def _stream(self, messages: list[BaseMessage], stop: Optional[list[str]] = None,
@@ -252,24 +258,33 @@ class LlamaCppChatModel(LocalChatModel):
         if self._fallback is not None:
             yield from self._fallback._stream(messages, stop=stop, run_manager=run_manager, **kwargs)
             return
-        for piece, done in self._pieces(messages, stop=stop, **kwargs):
+        tokens: Optional[list[dict[str, Any]]] = [] if kwargs.get("logprobs") else None
+        for piece, done in self._pieces(messages, stop=stop, logprob_tokens=tokens, **kwargs):
             if done is not None:
                 chunk = ChatGenerationChunk(message=AIMessageChunk(
-                    content="", usage_metadata=done,
-                    response_metadata={"model_name": self._llama.name, "backend": "llama_cpp"}))
+                    content="", usage_metadata=done, response_metadata=self._reply_metadata(tokens)))
             else:
                 chunk = ChatGenerationChunk(message=AIMessageChunk(content=piece))
                 if run_manager:
                     run_manager.on_llm_new_token(piece, chunk=chunk)
             yield chunk
 
+    def _reply_metadata(self, tokens: Optional[list[dict[str, Any]]]) -> dict[str, Any]:
+        meta: dict[str, Any] = {"model_name": self._llama.name, "backend": "llama_cpp"}
+        if tokens is not None:
+            meta["logprobs"] = {"content": tokens}
+        return meta
+
     # ----- generation -----
-    def _pieces(self, messages: list[BaseMessage], *, stop: Optional[list[str]], **kwargs: Any):
+    def _pieces(self, messages: list[BaseMessage], *, stop: Optional[list[str]],
+                logprob_tokens: Optional[list[dict[str, Any]]] = None, **kwargs: Any):
         """Yield ``(text, None)`` pieces of the reply as they are decoded, then ``("", usage)``.
 
         The pieces join to exactly what ``invoke`` returns: the reply cut at the first stop sequence
         and stripped (text that may still become a stop sequence, and trailing whitespace, are held
-        back until they cannot)."""
+        back until they cannot). ``logprob_tokens``, when a list, receives each generated token up to
+        the stop (OpenAI's shape: ``token``, ``logprob``, ``top_logprobs``), the log-probs of the
+        model's own distribution (before temperature) from the logits that chose it."""
         lm = self._llama
         stops = [s for s in (stop or self.stop or []) if s]
         max_new = int(kwargs.get("max_new_tokens", self.max_new_tokens))
@@ -307,15 +322,22 @@ class LlamaCppChatModel(LocalChatModel):
             lm.stats.calls += 1
             lm.stats.prompt_tokens += len(prompt)
             lm.stats.reused_tokens += reused
-            use_draft = self._draft is not None and temperature == 0
+            # the draft path verifies in batches and keeps no per-token logits row: log-probs need the plain one
+            use_draft = self._draft is not None and temperature == 0 and logprob_tokens is None
+            top_k = max(0, min(int(kwargs.get("top_logprobs") or 0), 20))
+            spelled = ""  # the reply's text so far, so each token's piece is the text it added
             tokens = (self._speculative_tokens(prompt) if use_draft
                       else self._plain_tokens(prompt, temperature))
             try:
                 for token in tokens:
                     if lm.is_eog(token):
                         break
+                    logits = logits_row(llm._ctx, -1, lm.n_vocab) if logprob_tokens is not None else None
                     new_ids.append(token)
                     text = lm.detokenize(new_ids)
+                    if logits is not None and _first_stop(spelled, stops) == -1:
+                        logprob_tokens.append(_token_logprobs(lm, logits, token, text[len(spelled):], top_k))
+                    spelled = text
                     cut = _first_stop(text, stops)
                     final = cut != -1 or len(new_ids) >= max_new
                     visible = text[:cut] if cut != -1 else text
@@ -360,3 +382,14 @@ def _prefix_files() -> PrefixFiles:
     return PrefixFiles(cache_dir() / "llama-states")  # read per call: $TCRAG_CACHE_DIR may change
 
 
+def _token_logprobs(lm: LlamaCppModel, logits: Any, token: int, piece: str, top_k: int) -> dict[str, Any]:
+    """One generated token in OpenAI's logprobs shape, from the logits row that chose it."""
+    import numpy as np
+
+    x = logits.astype(np.float64)
+    logp = x - x.max()
+    logp -= math.log(float(np.exp(logp).sum()))
+    top = np.argpartition(-logp, top_k)[:top_k] if 0 < top_k < len(logp) else np.arange(0)
+    alternatives = [{"token": lm.detokenize([int(i)]), "logprob": float(logp[i])}
+                    for i in sorted(top.tolist(), key=lambda i: -logp[i])]
+    return {"token": piece, "logprob": float(logp[token]), "top_logprobs": alternatives}

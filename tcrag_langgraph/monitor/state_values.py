@@ -11,6 +11,8 @@
                    allowed ones (yes/no/maybe, option letters), given question and evidence
 ``consistency``    1 - the share of k answers the model samples again for the question and     0.5
                    evidence that agree with the Conclusion (:mod:`.consistency`; no log-probs)
+``gen_*``          read off the log-probs of the reply that wrote the Conclusion (no second     :mod:`.generation`
+                   pass): ``gen_answer_prob``, ``gen_cppl``, ``gen_entropy``
 =================  ==========================================================================  =======
 
 ``cppl`` and ``uct`` are the paper's and stay the defaults. The others go beyond it (issue 23):
@@ -35,11 +37,13 @@ from __future__ import annotations
 import math
 from typing import Callable, Mapping, Optional, Sequence
 
-__all__ = ["STATE_VALUES", "PAPER_VALUES", "SAMPLED_VALUES", "DEFAULT_SIGMA", "base_metric", "uses_evidence", "choice_value",
+from .generation import GENERATION_VALUES
+
+__all__ = ["STATE_VALUES", "PAPER_VALUES", "SAMPLED_VALUES", "GENERATION_VALUES", "DEFAULT_SIGMA", "base_metric", "uses_evidence", "choice_value",
            "evidence_context", "measure", "token_logprobs_to_metric", "scorer_score", "LogprobScorer"]
 
 #: every selectable state value
-STATE_VALUES = ("cppl", "uct", "cppl_evidence", "uct_evidence", "answer_prob", "consistency")
+STATE_VALUES = ("cppl", "uct", "cppl_evidence", "uct_evidence", "answer_prob", "consistency", *GENERATION_VALUES)
 #: the values that need no log-probs (a scorer that samples the generator measures them)
 SAMPLED_VALUES = ("consistency",)
 #: the paper's own (eq. 2 and eq. 3)
@@ -47,8 +51,10 @@ PAPER_VALUES = ("cppl", "uct")
 #: sigma when none is given: the paper's 10 / 20 (section 8.7.6) for its values and their evidence
 #: variants; 0.5 for ``answer_prob`` (accept an answer the model prefers over all others together)
 #: and for ``consistency`` (accept an answer more than half of the samples repeat)
+#: (the generation values' are explained in :mod:`.generation`)
 DEFAULT_SIGMA: dict[str, float] = {"cppl": 10.0, "uct": 20.0, "cppl_evidence": 10.0, "uct_evidence": 20.0,
-                                   "answer_prob": 0.5, "consistency": 0.5}
+                                   "answer_prob": 0.5, "consistency": 0.5,
+                                   "gen_answer_prob": 0.5, "gen_cppl": 1.5, "gen_entropy": 0.7}
 
 
 def token_logprobs_to_metric(logprobs: list[float], metric: str) -> float:
@@ -62,11 +68,13 @@ def token_logprobs_to_metric(logprobs: list[float], metric: str) -> float:
     raise ValueError(f"unknown metric {metric!r}; use 'cppl' or 'uct'")
 
 def base_metric(metric: str) -> Optional[str]:
-    """The formula a value applies to token log-probs (``cppl``/``uct``); None for ``answer_prob`` and the
-    sampled values, which apply neither."""
+    """The formula a value applies to token log-probs (``cppl``/``uct``); None for ``answer_prob``, the
+    sampled values and the generation values, which apply neither to a scorer's log-probs."""
     if metric not in STATE_VALUES:
         raise ValueError(f"unknown state value {metric!r}; choose from {', '.join(STATE_VALUES)}")
-    return None if metric == "answer_prob" or metric in SAMPLED_VALUES else metric.split("_")[0]
+    if metric == "answer_prob" or metric in SAMPLED_VALUES or metric in GENERATION_VALUES:
+        return None
+    return metric.split("_")[0]
 
 
 class LogprobScorer:
@@ -137,6 +145,9 @@ def measure(metric: str, question: str, text: str, *, score: Callable[..., float
         1.1052
     """
     base = base_metric(metric)
+    if metric in GENERATION_VALUES:
+        raise ValueError(f"{metric} is read off the reply that wrote the text (monitor.generation), not measured "
+                         "afterwards")
     if not uses_evidence(metric):
         return float(score(question, text, metric=metric))
     context = evidence_context(question, evidence)

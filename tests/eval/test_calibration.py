@@ -266,6 +266,7 @@ def test_calibrate_measures_every_state_value_on_the_runs_own_evidence(app, data
     each is stored per model, task and metric."""
     from tcrag_langgraph.eval.datasets import format_question, load_dataset
     from tcrag_langgraph.monitor.state_values import (
+        GENERATION_VALUES,
         STATE_VALUES,
         choice_value,
         evidence_context,
@@ -283,7 +284,11 @@ def test_calibrate_measures_every_state_value_on_the_runs_own_evidence(app, data
     records = {r.id: r for r in load_dataset(str(data))}
     assert {i: r["evidence"] for i, r in rows.items()} == {f"q{i}": [f"passage about drug {i}"] for i in range(6)}
     scorer = packaged_scorer()
-    for metric in STATE_VALUES:
+    for metric in GENERATION_VALUES:  # a scripted model's replies carry no log-probs: missing, never made up
+        values = {v["id"]: v["value"] for v in map(json.loads, (out / f"state_values.{metric}.jsonl").read_text().splitlines())}
+        assert len(values) == 6 and all(v is None for v in values.values())
+        assert f"cannot calibrate {metric}" in result.output
+    for metric in (m for m in STATE_VALUES if m not in GENERATION_VALUES):
         values = {v["id"]: v["value"] for v in map(json.loads, (out / f"state_values.{metric}.jsonl").read_text().splitlines())}
         assert len(values) == 6 and all(v is not None for v in values.values())
         stored = load_calibration(model_id="scripted-looking", metric=metric, task="yn")

@@ -38,12 +38,13 @@ from ...core import answer_format
 from ...core.arguments import BuildArguments
 from ...core.config import TCRAGConfig
 from ...core.events import EVENT_NAME
-from ...core.kernel import RunKernel
+from ...core.kernel import RunFailure, RunKernel
 from ...core.run_input import extract_question, last_human_is, question_problem
 from ...core.state import Action, TraceEvent, observations
 from ...models.local import chat_model_id
 from ...monitor.calibration import confidence_map, resolve_monitor, resolve_sigma, risk_sigma
 from ...monitor.consistency import SamplingConsistencyScorer
+from ...monitor.generation import GENERATION_VALUES, NoGenerationLogprobs, generation_values, returns_logprobs
 from ...monitor.own_model import has_own_monitor
 from ...monitor.scoring import StateScorer
 from ...monitor.state_values import SAMPLED_VALUES, uses_evidence
@@ -90,8 +91,8 @@ class TCRAG(RunKernel):
         cfg = monitor_config(args.config, args.model, args.scorer)
         if cfg.enable_state_monitor and cfg.metric in SAMPLED_VALUES and not callable(getattr(args.scorer, "samples", None)):
             scorer = SamplingConsistencyScorer(args.model)  # a log-prob scorer (eval's shared one) cannot sample
-        else:
-            scorer = cls.scorer_for(args, needed=cfg.enable_state_monitor)
+        else:  # the generation values need no scorer: the replies carry their log-probs
+            scorer = cls.scorer_for(args, needed=cfg.enable_state_monitor and cfg.metric not in GENERATION_VALUES)
         machine = cls(args.model, args.tools, scorer, cfg, trust_client_identity=args.trust_client_identity)
         if args.scorer is None and scorer is not None:  # what the shipped calibration says of this model as its own monitor
             machine.unjudged = _unjudged(args.model)
@@ -135,11 +136,18 @@ class TCRAG(RunKernel):
         ``None`` when the monitor is switched off."""
         if not cfg.enable_state_monitor:
             return None
-        if cfg.metric in ("answer_prob", *SAMPLED_VALUES):
+        if cfg.metric in ("answer_prob", "gen_answer_prob", *SAMPLED_VALUES):
             if not conclusion:  # a Thought has no answer to weigh or resample: it keeps the state at sigma
                 return state["sigma"]
             if cfg.metric == "answer_prob":
                 text = answer_format.fit(cfg.answer_format, text)
+        if cfg.metric in GENERATION_VALUES:  # read off the reply that wrote the text (Generate kept it)
+            value = (state.get("generated_values") or {}).get(cfg.metric)
+            if value is None:
+                need = " (it needs an answer_format of choices, and the answer among them)" \
+                    if cfg.metric == "gen_answer_prob" else ""
+                raise RunFailure("scorer_error", f"no {cfg.metric} for this reply{need}")
+            return value
         evidence = observations(state["stack"]) if uses_evidence(cfg.metric) else ()
         return self.state_value(cfg.metric, state["question"], text, evidence=evidence, choices=cfg.answer_format)
 
@@ -157,7 +165,7 @@ class TCRAG(RunKernel):
             "sigma": None, "metric": cfg.metric, "state_value": cfg.initial_state_value,
             "token_usage": {"prompt": 0, "completion": 0}, "tool_calls": 0, "pending_action": None,
             "structured_answer": None, "final_conclusion": False, "repeated_tool_calls": 0, "last_call": False,
-            "repeat_warned": None,
+            "repeat_warned": None, "generated_values": {}, "answer_generation_values": {},
         }
         question, problem = extract_question(state, cfg)
         if problem is None and (cfg.risk, cfg.risk_delta) != (self.base_config.risk, self.base_config.risk_delta):
@@ -205,7 +213,9 @@ class TCRAG(RunKernel):
         for item in state.get("format_feedback", []):
             messages += [AIMessage(content=item["output"]), HumanMessage(content=item["error"])]
         work = self.counters(state)
-        text = self.ask(work, messages, cfg, config, stop=STOP_SEQUENCES)  # a failure halts: model_error
+        read_logprobs = cfg.metric in GENERATION_VALUES or cfg.record_generation_values
+        text = self.ask(work, messages, cfg, config, stop=STOP_SEQUENCES,  # a failure halts: model_error
+                        logprobs=read_logprobs)
         common = {"llm_calls": work["llm_calls"], "token_usage": work["token_usage"]}
         try:
             if final:
@@ -255,9 +265,29 @@ class TCRAG(RunKernel):
                              answer=transitions.unverified_answer(stack), validated=False,
                              error=f"step budget of {cfg.max_steps} actions spent and no usable final "
                                    f"Conclusion: {err}", extra=extra)
+        generated = (self.generated_values(work.get("generated_tokens"), parsed, cfg, common)
+                     if read_logprobs else {})
         return Command(goto=parsed.action.value,
                        update={**common, "pending_action": parsed, "format_retries": 0, "format_feedback": [],
-                               "final_conclusion": final})
+                               "final_conclusion": final, "generated_values": generated})
+
+    @staticmethod
+    def generated_values(tokens: Any, parsed: ParsedAction, cfg: TCRAGConfig,
+                         common: dict[str, Any]) -> dict[str, float]:
+        """The generation values of a Thought's or Conclusion's text (:mod:`~tcrag_langgraph.monitor.generation`),
+        from the reply's own token log-probs; a monitor that reads them from a reply without any halts
+        with ``scorer_error`` saying so."""
+        if parsed.action not in (Action.CONCLUSION, Action.THOUGHT):
+            return {}
+        choices = cfg.answer_format if isinstance(cfg.answer_format, tuple) else None
+        chosen = answer_format.fit(choices, parsed.content) if choices and parsed.action is Action.CONCLUSION else None
+        try:
+            return generation_values(tokens or [], parsed.content, chosen=chosen, choices=choices)
+        except NoGenerationLogprobs as exc:
+            if cfg.enable_state_monitor and cfg.metric in GENERATION_VALUES:
+                raise RunFailure("scorer_error", f"{exc}: {cfg.metric} reads them (a server that returns none: "
+                                 "use metric 'consistency')", update=common) from None
+            return {}
 
     def unanswered_repeat(self, state: TCRAGState, cfg: TCRAGConfig, content: str,
                           rejected: Optional[TraceEvent]) -> Optional[TraceEvent]:
@@ -331,6 +361,7 @@ class TCRAG(RunKernel):
             t = transitions.repeated_conclusion(self.machine(state), content, earlier)
             update = self.apply(state, config, t)
             update["structured_answer"] = answer_format.fit(cfg.answer_format, t.answer or "")
+            update["answer_generation_values"] = dict(state.get("generated_values") or {})
             return self.halt({**state, **update}, config, reason=t.halt, answer=t.answer, validated=False,
                              error=f"the model wrote again the Conclusion the state monitor rejected at step "
                                    f"{earlier.step}; not validated", extra=update)
@@ -341,6 +372,7 @@ class TCRAG(RunKernel):
         if t.halt is None:  # rejected: kept as a Thought, the loop goes on
             return Command(goto="Generate", update=update)
         update["structured_answer"] = answer_format.fit(cfg.answer_format, t.answer or "")
+        update["answer_generation_values"] = dict(state.get("generated_values") or {})
         if t.halt is HaltReason.VALIDATED and cfg.require_review:
             return Command(goto="Human_Review", update=update)
         reason, error = t.halt, None
@@ -369,16 +401,22 @@ class TCRAG(RunKernel):
 
 def monitor_config(config: TCRAGConfig, model: Any, scorer: Any = None) -> TCRAGConfig:
     """The config TC-RAG monitors ``model`` with: ``sigma="auto"`` resolved from its stored calibration;
-    and where it has no log-probs this package can trust, no ``scorer`` is given and no state value is
-    asked for (no metric, no sigma), the value any chat model gives, ``consistency`` (its own resampled
-    answers), instead of a refusal. The faces show the run's header from it."""
+    and where it has no prompt log-probs this package can trust, no ``scorer`` is given and no state
+    value is asked for (no metric, no sigma), instead of a refusal: the log-probs of its own replies
+    when it returns them (``gen_answer_prob`` with an answer format of choices, else ``gen_cppl``),
+    else what any chat model gives, ``consistency`` (its own resampled answers). The faces show the
+    run's header from it."""
     cfg = config
     if cfg.sigma == "auto":
         metric, sigma = resolve_monitor(cfg, chat_model_id(model))
         cfg = cfg.merged({"metric": metric, "sigma": sigma})
     if (cfg.enable_state_monitor and scorer is None and "metric" not in cfg.model_fields_set and cfg.sigma is None
             and not has_own_monitor(model)):
-        cfg = cfg.merged({"metric": "consistency"})
+        if returns_logprobs(model):  # the reply's own log-probs: no second pass, no second server
+            choices = isinstance(cfg.answer_format, tuple)
+            cfg = cfg.merged({"metric": "gen_answer_prob" if choices else "gen_cppl"})
+        else:
+            cfg = cfg.merged({"metric": "consistency"})
     return cfg
 
 

@@ -66,6 +66,8 @@ class TCRAGState(MethodState, total=False):
     state_history: list[dict[str, Any]]
     format_feedback: list[dict[str, str]]
     pending_action: Optional[ParsedAction]  # the typed parse of the model's reply, until applied
+    #: the pending action's generation values (monitor.generation), when the run asked for log-probs
+    generated_values: dict[str, float]
     final_conclusion: bool  # the step budget is spent: the pending Conclusion is the last one
     last_call: bool  # no usable action after the re-prompts: only a final Conclusion is asked for
     repeated_tool_calls: int  # identical tool calls refused (not executed again)
