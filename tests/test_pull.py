@@ -252,6 +252,10 @@ def test_model_name_before_the_pull_names_the_command_everywhere():
         build_agent(model="qwen2.5-coder-1.5b")
     with pytest.raises(UserError, match="Model not pulled: .*tcrag pull qwen2.5-coder-1.5b"):
         AgentSpec(model="qwen2.5-coder-1.5b", tools="none").generator()
+    from tcrag_langgraph.monitor.from_spec import scorer_from_spec
+
+    with pytest.raises(ValueError, match="tcrag pull qwen2.5-coder-1.5b"):
+        scorer_from_spec("qwen2.5-coder-1.5b")
     result = runner.invoke(_app(), ["ask", "Is aspirin an NSAID?", "--model", "qwen2.5-coder-1.5b"])
     assert result.exit_code == 2 and "tcrag pull qwen2.5-coder-1.5b" in result.stderr
     assert "Traceback" not in result.output
@@ -266,6 +270,9 @@ def test_model_name_once_pulled_is_its_file():
     assert resolve_chat_model("qwen2.5-coder-1.5b").model_path == str(path)
     assert AgentSpec(model="qwen2.5-coder-1.5b", tools="none").generator().model_path == str(path)
     assert catalogue_model_path("./qwen2.5-coder-1.5b") is None  # a path is a path
+    from tcrag_langgraph.monitor.from_spec import scorer_from_spec
+
+    assert scorer_from_spec("qwen2.5-coder-1.5b")._model_path == str(path)  # --scorer NAME too (loads nothing)
 
 
 # ----- the command -----
