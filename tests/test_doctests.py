@@ -10,7 +10,7 @@ MODULES = ["methods.tcrag.transitions", "core.answer_format", "core.result", "me
            "core.identity", "core.kernel", "methods.crp_rag", "methods.kag_thinker", "methods.diffrag", "monitor.calibration", "monitor.state_values", "monitor.scoring", "methods.registry", "methods.baselines",
            "methods.adaptive", "methods.fl_rag", "methods.fs_rag", "methods.flare", "methods.dragin", "methods.self_rag",
            "testing",
-           "eval.calibration", "eval.significance", "eval.runner", "eval.summary", "monitor.from_spec", "models.credentials", "agent.spec", "monitor.consistency", "monitor.own_model", "monitor.risk",
+           "eval.calibration", "eval.significance", "eval.runner", "eval.summary", "monitor.from_spec", "models.credentials", "models.catalogue", "agent.spec", "monitor.consistency", "monitor.own_model", "monitor.risk",
            "faces.agent_tool"]
 
 

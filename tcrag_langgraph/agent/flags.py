@@ -168,7 +168,7 @@ MethodOpt = Annotated[str, typer.Option(
     "react, wo-backtrack, wo-summary, wo-monitor), a baseline (base, cot, sr-rag) or another paper's "
     "method (crp-rag, kag-thinker, diffrag).", rich_help_panel=MODEL_PANEL)]
 ModelOpt = Annotated[_Text, typer.Option(
-    help="A model folder, a .gguf file, a served model as provider:name (e.g. openai:NAME for a vLLM server) or a "
+    help="A model folder, a .gguf file, a pulled catalogue model (tcrag pull --list), a served model as provider:name (e.g. openai:NAME for a vLLM server) or a "
     "Python function returning a chat model (module:function); default: the packaged SmolLM2-135M-Instruct "
     "(also 'local').", rich_help_panel=MODEL_PANEL)]
 DeviceOpt = Annotated[_Text, typer.Option(

@@ -170,7 +170,8 @@ class AgentSpec(BaseModel):
 
     method: str = Field(default="tcrag", description="a method of the registry (tcrag_langgraph.METHODS) or tcrag")
     model: Optional[str] = Field(default=None, description="None or 'local' (the packaged model), a model folder, "
-                                 "a .gguf file, 'provider:name', or 'module:callable' returning a chat model")
+                                 "a .gguf file, a pulled catalogue name (tcrag pull), 'provider:name', or "
+                                 "'module:callable' returning a chat model")
     script: Optional[str] = Field(default=None, description="a script (JSON file or text) replacing the model, its "
                                   "monitor and its tools (tcrag_langgraph.testing): demos and tests")
     backend: Optional[str] = None
@@ -232,6 +233,7 @@ class AgentSpec(BaseModel):
     # ----- the parts -----
     def generator(self) -> Any:
         """The chat model :attr:`model` names, with the config's generation settings; nothing is loaded."""
+        from ..models.catalogue import ModelNotPulledError
         from ..models.local import LocalChatModel
         from ..models.weights import DTYPES, LocalModelError, device_syntax
         from ..models.resolve import looks_like_path, resolve_chat_model
@@ -260,9 +262,12 @@ class AgentSpec(BaseModel):
         try:
             chat = resolve_chat_model(name, max_new_tokens=cfg.max_new_tokens, temperature=cfg.temperature,
                                       device=device, dtype=self.dtype, backend=self.backend, **served)
+        except ModelNotPulledError as exc:  # a catalogue name: say how to get it (nothing downloads implicitly)
+            raise UserError("Model not pulled", str(exc), flag="--model") from None
         except ValueError as exc:
             raise UserError("Invalid model", f"{one_line(validation_line(exc), 400)} (a model is a folder, a .gguf "
-                                             "file, provider:name or module:callable)", flag="--model") from None
+                                             "file, a catalogue name, provider:name or module:callable)",
+                            flag="--model") from None
         except Exception as exc:  # the provider's own client refused to start (e.g. no API key)
             text = one_line(exc)
             if any(word in text.lower() for word in ("api_key", "credential", "api key")):

@@ -76,6 +76,7 @@ _COMMAND_MODULES = (
     "tcrag_langgraph.eval.cli",
     "tcrag_langgraph.faces.serve_command",
     "tcrag_langgraph.faces.studio",
+    "tcrag_langgraph.faces.pull_command",
 )
 
 def quiet_library_progress() -> None:
@@ -194,6 +195,12 @@ def refuse(error: UserError) -> typer.Exit:
 
 
 # ----- tcrag ask -----
+#: what `tcrag ask` without --model says on stderr before answering (the 135M model writes the action
+#: format unreliably and knows little medicine: a user should learn that before judging the agent)
+DEMO_MODEL_NOTICE = ("tcrag: answering with the packaged SmolLM2-135M, a demonstration model that answers poorly; "
+                     "for real answers run `tcrag pull qwen2.5-coder-1.5b`, then add --model qwen2.5-coder-1.5b")
+
+
 def ask(
     question: str = typer.Argument(..., help="The question to answer."),
     *,
@@ -226,6 +233,8 @@ def ask(
         graph = spec.build(parts)
     except UserError as exc:
         raise refuse(exc) from None
+    if model is None and scripted is None:  # the packaged default: say once that it is only a demonstration
+        err.print(DEMO_MODEL_NOTICE, highlight=False, soft_wrap=True, markup=False)
     chat, tool_list, cfg = parts.model, parts.tools, parts.config
     if METHODS[method].is_stack_machine:  # the state value the run will use: the variant's own, or consistency
         own = cfg if method == DEFAULT_METHOD else tcrag_config_for(method, config=cfg)  # for a model without log-probs

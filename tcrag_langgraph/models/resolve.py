@@ -12,6 +12,7 @@ from typing import Any, Optional
 
 from langchain_core.language_models import BaseChatModel
 
+from .catalogue import catalogue_model_path
 from .local import LocalChatModel
 
 __all__ = ["resolve_chat_model", "looks_like_path"]
@@ -37,6 +38,9 @@ def resolve_chat_model(
     * ``None``: the packaged SmolLM2-135M-Instruct (:class:`LocalChatModel`, loaded on first use);
     * a path to a transformers folder or a ``.gguf`` file: :class:`LocalChatModel` over it (a GGUF
       is converted once and cached);
+    * a catalogue name (``"qwen2.5-coder-1.5b"``, :mod:`.catalogue`): its file, once ``tcrag pull NAME``
+      fetched it; before that a :class:`~.catalogue.ModelNotPulledError` (a ValueError) says so. A
+      catalogue name wins over a same-named folder in the working directory (write ``./NAME`` for that);
     * ``"provider:model"`` (e.g. ``"openai:gpt-4o-mini"``, ``"ollama:qwen2.5"``): LangChain's
       ``init_chat_model`` (the provider's integration package must be installed; ``base_url=`` and
       ``api_key=`` go through ``provider_kwargs``, so a vLLM server is
@@ -60,8 +64,10 @@ def resolve_chat_model(
         >>> resolve_chat_model("no-such-thing")  # doctest: +ELLIPSIS
         Traceback (most recent call last):
         ...
-        ValueError: model 'no-such-thing' is not a model folder, a .gguf file or a "provider:model" name ...
+        ValueError: model 'no-such-thing' is not a model folder, a .gguf file, a catalogue name or a "provider:model" name ...
     """
+    if isinstance(spec, str) and (pulled := catalogue_model_path(spec)) is not None:
+        spec = str(pulled)  # a catalogue name is its pulled file (ModelNotPulledError, a ValueError, if not)
     local_opts = {k: v for k, v in (("max_new_tokens", max_new_tokens), ("temperature", temperature),
                                      ("device", device), ("dtype", dtype)) if v is not None}
     if backend is not None and backend not in ("auto", "llama_cpp", "transformers"):
@@ -91,8 +97,8 @@ def resolve_chat_model(
     provider, sep, name = spec.partition(":")
     if not sep or not provider or not name:
         raise ValueError(
-            f"model {spec!r} is not a model folder, a .gguf file or a \"provider:model\" name "
-            "(e.g. 'openai:gpt-4o-mini', 'ollama:qwen2.5')"
+            f"model {spec!r} is not a model folder, a .gguf file, a catalogue name or a \"provider:model\" name "
+            "(e.g. 'openai:gpt-4o-mini', 'ollama:qwen2.5'; catalogue: tcrag pull --list)"
         )
     if device is not None or dtype is not None:
         raise ValueError("device and dtype apply to local models only; a served model runs where its server runs")

@@ -5,7 +5,7 @@
 * ``"http://..."`` / ``"https://..."``: the API root of an OpenAI-compatible completions server that
   echoes prompt log-probs (vLLM, SGLang): :class:`~tcrag_langgraph.monitor.served.CompletionsLogprobScorer`
   for ``served_model`` (default: the generator's own model name, the usual case of one server for both);
-* a transformers folder or a ``.gguf`` file: :class:`~tcrag_langgraph.monitor.scoring.LocalLMScorer`
+* a transformers folder, a ``.gguf`` file or a pulled catalogue name (``tcrag pull``): :class:`~tcrag_langgraph.monitor.scoring.LocalLMScorer`
   over those weights (loaded on the first score).
 
 Anything else is a ValueError saying what is accepted.
@@ -45,13 +45,16 @@ def scorer_from_spec(spec: Optional[str], *, generator: Any = None, served_model
         if not name:
             raise ValueError("a served scorer needs the served model's name: give --scorer-model NAME")
         return CompletionsLogprobScorer(spec, model=name, api_key=api_key, start_text=start_text)
-    path = Path(spec).expanduser()
+    from ..models.catalogue import catalogue_model_path
+
+    pulled = catalogue_model_path(spec)  # a catalogue name: its pulled file (a ValueError if not pulled)
+    path = pulled if pulled is not None else Path(spec).expanduser()
     if path.suffix.lower() == ".gguf" and path.is_file() or (path / "config.json").is_file():
         from .scoring import LocalLMScorer
 
         return LocalLMScorer(model_path=str(path))
     raise ValueError(f"scorer {spec!r} is not 'local', an http(s):// completions server address, a transformers "
-                     "model folder or a .gguf file")
+                     "model folder, a .gguf file or a pulled catalogue name")
 
 
 def _served_name(generator: Any) -> Optional[str]:
