@@ -392,7 +392,8 @@ class AgentSpec(BaseModel):
                 scorer = self.monitor(chat, own=True)
             except UserError:  # no log-probs to trust: each method decides when it is built (a sampled
                 scorer = None  # state value needs none; a log-prob one is refused there)
-        return AgentParts(chat, self.tool_list(), scorer, resolve_auto_sigma(self.config, chat))
+        config = resolve_auto_sigma(self.config, chat)  # refused before the tools open or write anything
+        return AgentParts(chat, self.tool_list(), scorer, config)
 
     @staticmethod
     def base_config(script: Optional[str] = None) -> TCRAGConfig:

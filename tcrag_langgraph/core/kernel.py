@@ -44,7 +44,7 @@ from langgraph.runtime import Runtime, get_runtime
 from langgraph.types import Command, interrupt
 
 from ..models.local import cut_at_stop, takes_generation_settings
-from ..monitor.generation import TOP_LOGPROBS, reply_tokens
+from ..monitor.generation import TOP_LOGPROBS, reply_tokens, returns_logprobs
 from ..monitor.risk import confidence_at
 from ..monitor.scoring import TokenStat
 from ..monitor.state_values import measure, scorer_score
@@ -289,6 +289,7 @@ class RunKernel:
                           temperature=cfg.temperature if temperature is None else temperature)
         elif stop:
             sent = list(stop)[:MAX_PROVIDER_STOPS]
+        logprobs = logprobs and returns_logprobs(self.model)  # a model that returns none is not asked
         if logprobs:
             kwargs.update(logprobs=True, top_logprobs=TOP_LOGPROBS)
         usage = dict(work.get("token_usage") or {"prompt": 0, "completion": 0})
@@ -303,8 +304,7 @@ class RunKernel:
         except Exception as exc:  # a model/server failure ends the run cleanly, with the reason
             raise RunFailure("model_error", f"{type(exc).__name__}: {exc}") from exc
         text = content_text(reply.content)
-        if logprobs:
-            work["generated_tokens"] = reply_tokens(reply)
+        work["generated_tokens"] = reply_tokens(reply) if logprobs else None
         if stop:
             text = cut_at_stop(text, stop)
         usage["prompt"] = usage.get("prompt", 0) + sum(count_tokens(content_text(m.content)) for m in messages)

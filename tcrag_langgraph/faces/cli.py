@@ -233,7 +233,7 @@ def ask(
         graph = spec.build(parts)
     except UserError as exc:
         raise refuse(exc) from None
-    if model is None and scripted is None:  # the packaged default: say once that it is only a demonstration
+    if options.get("model") is None and options.get("scripted") is None:  # the packaged default: say once that it is only a demonstration
         err.print(DEMO_MODEL_NOTICE, highlight=False, soft_wrap=True, markup=False)
     chat, tool_list, cfg = parts.model, parts.tools, parts.config
     if METHODS[method].is_stack_machine:  # the state value the run will use: the variant's own, or consistency

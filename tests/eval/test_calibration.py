@@ -391,3 +391,31 @@ def test_medmcqa_calibration_split_is_disjoint_from_dev():
     assert 0.08 < len(calibration) / len(everything) < 0.17
     with pytest.raises(ValueError, match="unknown MedMCQA split"):
         load_dataset("medmcqa", split="test")
+
+
+def test_calibrate_reads_the_generation_values_off_the_runs_replies(app, tmp_path, cache):
+    """--metric gen_answer_prob,gen_cppl with the packaged GGUF (llama.cpp): the runs ask the model for
+    its tokens' log-probs and keep the final answer's values; calibrate measures those, with no pass
+    after the run (the values in state_values.jsonl are the ones in results.jsonl)."""
+    data = tmp_path / "yn.jsonl"  # golds the 135M model gets partly right (it tends to answer "no" first)
+    data.write_text("".join(json.dumps({"id": f"q{i}", "question": f"Is drug {i} safe?",
+                                        "answer": "no" if i in (0, 3) else "yes"}) + "\n" for i in range(6)))
+    out = tmp_path / "gen"
+    args = ["calibrate", "--dataset", str(data), "--out", str(out), "--no-progress", "--metric",
+            "gen_answer_prob,gen_cppl", "--no-save", "--temperature", "0", "--max-steps", "2",
+            "--max-new-tokens", "24"]
+    result = CliRunner().invoke(app, args)
+    rows = {r["id"]: r for r in map(json.loads, (out / "results.jsonl").read_text().splitlines())}
+    assert rows and all(r["halt_reason"] not in ("scorer_error", "model_error") for r in rows.values())
+    recorded = {i: r["generation_values"] for i, r in rows.items() if r.get("generation_values")}
+    assert recorded, "no run kept the log-probs of its answer's reply"
+    assert all(0 <= g["gen_answer_prob"] <= 1 for g in recorded.values() if "gen_answer_prob" in g)
+    assert all(g["gen_cppl"] >= 1 and g["gen_entropy"] >= 0 for g in recorded.values())
+    if len({bool(r["correct"]) for r in rows.values()}) < 2:  # the 135M model may get all six wrong
+        assert result.exit_code == 1 and "needs both correct and wrong answers" in result.output
+        return
+    for metric in ("gen_answer_prob", "gen_cppl"):
+        values = {v["id"]: v["value"] for v in map(json.loads, (out / f"state_values.{metric}.jsonl").read_text()
+                                                   .splitlines())}
+        assert {i: v for i, v in values.items() if v is not None} == {
+            i: g[metric] for i, g in recorded.items() if metric in g}
