@@ -1,6 +1,6 @@
 """The ``consistency`` state value (tcrag_langgraph.monitor.consistency): the generator's own
 resampled answers, for any chat model, and TC-RAG monitored by it when the model has no log-probs.
-Scripted models here test the rule and the transitions; tests/test_served_consistency.py runs it
+Scripted models here test the rule and the transitions; tests/test_served_monitor.py runs it
 against a real OpenAI-compatible server (llama.cpp's) and the packaged model."""
 
 from __future__ import annotations
@@ -68,13 +68,16 @@ def test_tcrag_without_log_probs_is_monitored_by_its_own_samples():
     assert out["answer"] == "yes" and out["answer_validated"] is True and out["halt_reason"] == "validated"
     values = [h["value"] for h in out["state_history"]]
     assert values == [pytest.approx(0.8), pytest.approx(0.2)]
-    assert out["llm_calls"] == 2 and len(model.seen) == 12  # 2 generations, 2 x 5 samples
+    # 2 generations and 2 x 5 samples, every call counted in the run's cost (the samples' tokens too)
+    assert out["llm_calls"] == 12 == len(model.seen)
+    from tcrag_langgraph.tools.tokens import count_tokens
+    assert out["token_usage"]["completion"] == sum(count_tokens(r) for r in replies)
 
 
 def test_a_thought_is_not_resampled():
     model = recording_model(["Thought: aspirin inhibits COX", "Conclusion: yes", "yes", "yes", "yes", "yes", "yes"])
     out = build_graph(model=model, config={"answer_format": ["yes", "no"]}).invoke({"question": Q})
-    assert out["answer_validated"] is True and len(model.seen) == 2 + DEFAULT_SAMPLES
+    assert out["answer_validated"] is True and len(model.seen) == 2 + DEFAULT_SAMPLES == out["llm_calls"]
 
 
 def test_calibrate_measures_consistency_by_resampling_the_model(tmp_path, monkeypatch):

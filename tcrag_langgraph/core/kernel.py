@@ -323,13 +323,13 @@ class RunKernel:
         return _monitor_value(lambda: scorer_score(self.scorer, context, text, metric=metric, **options))
 
     def state_value(self, metric: str, question: str, text: str, *, evidence: Sequence[str] = (),
-                    choices: Optional[Sequence[str]] = None) -> float:
+                    choices: Optional[Sequence[str]] = None, usage: Optional[dict[str, int]] = None) -> float:
         """Any state value of :mod:`~tcrag_langgraph.monitor.state_values` (its one rule,
         :func:`~tcrag_langgraph.monitor.state_values.measure`), from this run's scorer; a failure or a
         value that is not finite raises ``RunFailure("scorer_error")``."""
         return _monitor_value(lambda: measure(
             metric, question, text, score=lambda q, t, **options: self.score(q, t, **options),
-            token_logprobs=self.token_logprobs, evidence=evidence, choices=choices))
+            token_logprobs=self.token_logprobs, evidence=evidence, choices=choices, usage=usage))
 
     def token_logprobs(self, context: str, text: str) -> list[float]:
         """Log-probabilities of the tokens of ``text`` given ``context`` (finite), from the scorer."""

@@ -103,9 +103,19 @@ class SamplingConsistencyScorer:
         settings = self._settings()
         return [content_text(self.model.invoke(messages, **settings).content).strip() for _ in range(self.k)]
 
-    def score(self, context: str, text: str, *, metric: str = "consistency", choices: Sequence[str] = ()) -> float:
+    def score(self, context: str, text: str, *, metric: str = "consistency", choices: Sequence[str] = (),
+              usage: Optional[dict[str, int]] = None) -> float:
+        """``1 - agreeing / k``; ``usage`` (a run's counters: ``llm_calls``, ``prompt``, ``completion``),
+        when given, is charged the ``k`` calls and their tokens, so a run reports what its monitor cost."""
         if metric != "consistency":
             raise ValueError(f"SamplingConsistencyScorer measures the consistency state value, not {metric!r}")
         answer = re.sub(r"^\s*conclusion\s*:\s*", "", text, flags=re.IGNORECASE)
-        agreeing = sum(same_answer(s, answer, choices=choices) for s in self.samples(context, choices=choices))
+        samples = self.samples(context, choices=choices)
+        if usage is not None:
+            from ..tools.tokens import count_tokens
+
+            usage["llm_calls"] = usage.get("llm_calls", 0) + self.k
+            usage["prompt"] = usage.get("prompt", 0) + self.k * count_tokens(context)
+            usage["completion"] = usage.get("completion", 0) + sum(count_tokens(s) for s in samples)
+        agreeing = sum(same_answer(s, answer, choices=choices) for s in samples)
         return 1.0 - agreeing / self.k

@@ -129,13 +129,14 @@ def scorer_score(scorer: object, query: str, text: str, *, metric: str, **option
 
 def measure(metric: str, question: str, text: str, *, score: Callable[..., float],
             token_logprobs: Callable[[str, str], Sequence[float]], evidence: Sequence[str] = (),
-            choices: Optional[Sequence[str]] = None) -> float:
+            choices: Optional[Sequence[str]] = None, usage: Optional[dict[str, int]] = None) -> float:
     """The state value ``metric`` of ``text`` (a Conclusion or Thought; for ``answer_prob`` the chosen
     answer) for ``question`` with the tool observations ``evidence``: the one rule the stack machine
     applies at every step and ``tcrag calibrate`` applies to a finished run's answer.
 
     ``score(query, text, metric=...)`` is the scorer's own eq. 2 / eq. 3; ``token_logprobs(context,
     text)`` its teacher-forced log-probs. ``answer_prob`` needs ``choices`` (the allowed answers).
+    ``usage`` (a run's counters) is charged the model calls a sampled value makes.
 
     Example:
         >>> lp = lambda context, text: [-0.1] if "yes" in text else [-2.3]
@@ -152,7 +153,8 @@ def measure(metric: str, question: str, text: str, *, score: Callable[..., float
         return float(score(question, text, metric=metric))
     context = evidence_context(question, evidence)
     if metric in SAMPLED_VALUES:  # the scorer samples the generator for the question and evidence
-        return float(score(context, text, metric=metric, choices=tuple(choices or ())))
+        spent = {} if usage is None else {"usage": usage}
+        return float(score(context, text, metric=metric, choices=tuple(choices or ()), **spent))
     if base is None:  # answer_prob
         if not choices:
             raise ValueError("answer_prob needs the allowed answers (a declared answer format with choices)")

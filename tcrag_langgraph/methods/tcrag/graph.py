@@ -130,10 +130,12 @@ class TCRAG(RunKernel):
                 "step": t.steps, "action": t.event.action, "value": t.state_value, "raw": t.scored}]
         return update
 
-    def monitor(self, state: TCRAGState, cfg: TCRAGConfig, text: str, *, conclusion: bool) -> Optional[float]:
+    def monitor(self, state: TCRAGState, cfg: TCRAGConfig, text: str, *, conclusion: bool,
+                usage: Optional[dict[str, int]] = None) -> Optional[float]:
         """The state monitor's value of ``text`` (:mod:`~tcrag_langgraph.monitor.state_values`): given the
         question (the paper's cppl / uct), or the question and the tool observations on the stack;
-        ``None`` when the monitor is switched off."""
+        ``None`` when the monitor is switched off. ``usage`` is charged the model calls a sampled value
+        makes (:meth:`charged` adds them to the run's counters)."""
         if not cfg.enable_state_monitor:
             return None
         if cfg.metric in ("answer_prob", "gen_answer_prob", *SAMPLED_VALUES):
@@ -149,7 +151,19 @@ class TCRAG(RunKernel):
                 raise RunFailure("scorer_error", f"no {cfg.metric} for this reply{need}")
             return value
         evidence = observations(state["stack"]) if uses_evidence(cfg.metric) else ()
-        return self.state_value(cfg.metric, state["question"], text, evidence=evidence, choices=cfg.answer_format)
+        return self.state_value(cfg.metric, state["question"], text, evidence=evidence, choices=cfg.answer_format,
+                                usage=usage)
+
+    @staticmethod
+    def charged(state: TCRAGState, spent: Mapping[str, int]) -> dict[str, Any]:
+        """The run's counters with the monitor's own model calls added (``consistency``'s samples): a run
+        reports everything it asked the model."""
+        if not spent.get("llm_calls"):
+            return {}
+        usage = dict(state.get("token_usage") or {"prompt": 0, "completion": 0})
+        usage["prompt"] = usage.get("prompt", 0) + spent.get("prompt", 0)
+        usage["completion"] = usage.get("completion", 0) + spent.get("completion", 0)
+        return {"llm_calls": state.get("llm_calls", 0) + spent["llm_calls"], "token_usage": usage}
 
     def halt(self, state: Mapping[str, Any], config: Optional[RunnableConfig], **kwargs: Any) -> Command:
         """The kernel's halt; the stack machine also drops its pending action."""
@@ -308,9 +322,10 @@ class TCRAG(RunKernel):
     def thought(self, state: TCRAGState, config: RunnableConfig, runtime: Runtime) -> Command[Literal["Generate", "__end__"]]:
         cfg = self.cfg(config, runtime)
         content = state["pending_action"].content
-        score = self.monitor(state, cfg, content, conclusion=False)  # a failure halts: scorer_error
+        spent: dict[str, int] = {}
+        score = self.monitor(state, cfg, content, conclusion=False, usage=spent)  # a failure halts: scorer_error
         t = transitions.thought(self.machine(state), content, score=score)
-        return Command(goto="Generate", update=self.apply(state, config, t))
+        return Command(goto="Generate", update={**self.apply(state, config, t), **self.charged(state, spent)})
 
     def plan(self, state: TCRAGState, config: RunnableConfig) -> Command[Literal["Generate"]]:
         t = transitions.plan(self.machine(state), state["pending_action"].content)
@@ -365,10 +380,11 @@ class TCRAG(RunKernel):
             return self.halt({**state, **update}, config, reason=t.halt, answer=t.answer, validated=False,
                              error=f"the model wrote again the Conclusion the state monitor rejected at step "
                                    f"{earlier.step}; not validated", extra=update)
-        score = self.monitor(state, cfg, content, conclusion=True)  # a failure halts: scorer_error
+        spent: dict[str, int] = {}
+        score = self.monitor(state, cfg, content, conclusion=True, usage=spent)  # a failure halts: scorer_error
         apply_rule = transitions.final_conclusion if state.get("final_conclusion") else transitions.conclusion
         t = apply_rule(self.machine(state), content, score=score)
-        update = self.apply(state, config, t)
+        update = {**self.apply(state, config, t), **self.charged(state, spent)}
         if t.halt is None:  # rejected: kept as a Thought, the loop goes on
             return Command(goto="Generate", update=update)
         update["structured_answer"] = answer_format.fit(cfg.answer_format, t.answer or "")
