@@ -36,6 +36,7 @@ truncated or corrupt file is a :class:`~tcrag_langgraph.models.weights.LocalMode
 from __future__ import annotations
 
 import math
+import queue
 import sys
 import threading
 from typing import Any, ClassVar, Iterator, Optional
@@ -259,7 +260,7 @@ class LlamaCppChatModel(LocalChatModel):
             yield from self._fallback._stream(messages, stop=stop, run_manager=run_manager, **kwargs)
             return
         tokens: Optional[list[dict[str, Any]]] = [] if kwargs.get("logprobs") else None
-        for piece, done in self._pieces(messages, stop=stop, logprob_tokens=tokens, **kwargs):
+        for piece, done in self._pieces_apart(messages, stop=stop, logprob_tokens=tokens, **kwargs):
             if done is not None:
                 chunk = ChatGenerationChunk(message=AIMessageChunk(
                     content="", usage_metadata=done, response_metadata=self._reply_metadata(tokens)))
@@ -276,8 +277,39 @@ class LlamaCppChatModel(LocalChatModel):
         return meta
 
     # ----- generation -----
+    def _pieces_apart(self, messages: list[BaseMessage], *, stop: Optional[list[str]], **kwargs: Any):
+        """:meth:`_pieces` for a stream: generated in a worker thread that holds the model's lock, and
+        handed over through a queue, so the lock is never held across a yield to the consumer. A
+        consumer that stalls or walks away does not hold the model: the worker finishes the reply
+        (bounded by max_new_tokens) or, once the stream is closed, stops at the next token; the lock is
+        taken and released in that one thread, whatever thread or event loop reads the stream."""
+        handed: queue.SimpleQueue = queue.SimpleQueue()
+        cancel = threading.Event()
+
+        def work() -> None:
+            try:
+                for item in self._pieces(messages, stop=stop, cancel=cancel, **kwargs):
+                    handed.put((True, item))
+            except BaseException as exc:  # re-raised in the consumer's thread
+                handed.put((False, exc))
+            else:
+                handed.put((False, None))
+
+        threading.Thread(target=work, name="llama-cpp-reply", daemon=True).start()
+        try:
+            while True:
+                ok, item = handed.get()
+                if not ok:
+                    if item is not None:
+                        raise item
+                    return
+                yield item
+        finally:
+            cancel.set()
+
     def _pieces(self, messages: list[BaseMessage], *, stop: Optional[list[str]],
-                logprob_tokens: Optional[list[dict[str, Any]]] = None, **kwargs: Any):
+                logprob_tokens: Optional[list[dict[str, Any]]] = None, cancel: Optional[threading.Event] = None,
+                **kwargs: Any):
         """Yield ``(text, None)`` pieces of the reply as they are decoded, then ``("", usage)``.
 
         The pieces join to exactly what ``invoke`` returns: the reply cut at the first stop sequence
@@ -330,7 +362,7 @@ class LlamaCppChatModel(LocalChatModel):
                       else self._plain_tokens(prompt, temperature))
             try:
                 for token in tokens:
-                    if lm.is_eog(token):
+                    if lm.is_eog(token) or (cancel is not None and cancel.is_set()):
                         break
                     logits = logits_row(llm._ctx, -1, lm.n_vocab) if logprob_tokens is not None else None
                     new_ids.append(token)
