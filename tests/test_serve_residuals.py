@@ -168,3 +168,29 @@ def test_a_client_recursion_limit_is_replaced_by_the_servers(served):
     assert r.status_code == 200, r.text
     meta = r.json()["output"]["response_metadata"]
     assert meta["halt_reason"] == "max_steps" and meta["steps"] == 5
+
+
+THREE_SHAPES = [
+    ("sigma 'auto' for a model with no stored calibration", with_options(sigma="auto"), "sigma 'auto'"),
+    ("a tool message without tool_call_id",
+     {"input": {"messages": [{"type": "human", "content": "hi"}, {"type": "tool", "content": "x"}]}},
+     "needs 'tool_call_id'"),
+    ("an ai message with malformed tool_calls",
+     {"input": {"messages": [{"type": "human", "content": "hi"},
+                             {"type": "ai", "content": "", "tool_calls": [{"name": 1}]}]}},
+     "tool_calls[0] must be an object"),
+]
+
+
+def test_three_more_former_500s_are_422s_naming_the_field_on_one_connection(served):
+    addresses = set()
+    with httpx.Client(timeout=60) as client:
+        for name, body, reason in THREE_SHAPES:
+            r = client.post(f"{served}/tcrag/invoke", json=body)
+            addresses.add(r.extensions["network_stream"].get_extra_info("client_addr"))
+            assert r.status_code == 422, (name, r.status_code, r.text)
+            assert reason in r.json()["detail"], (name, r.text)
+        r = client.post(f"{served}/tcrag/invoke", json={"input": chat()})
+        addresses.add(r.extensions["network_stream"].get_extra_info("client_addr"))
+        assert r.status_code == 200, r.text
+    assert len(addresses) == 1, addresses  # the connection stayed usable after each refusal

@@ -186,7 +186,9 @@ class RunKernel:
             graph.add_node(node_name, holder.node(getattr(holder, attribute)))
         graph.add_node(REVIEW_NODE, holder.node(holder.review_unvalidated))  # every method: review_unvalidated
         graph.add_edge(START, next(iter(cls.nodes)))
-        return holder.finish(graph.compile(checkpointer=checkpointer, store=store, name=args.name))
+        compiled = graph.compile(checkpointer=checkpointer, store=store, name=args.name)
+        compiled.tcrag_kernel = holder  # the faces ask it about a request's options before a run starts
+        return holder.finish(compiled)
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         """Give each method's ``build`` its true signature: the common keywords, then the keyword-only
@@ -221,6 +223,12 @@ class RunKernel:
         """The scorer a run reads: the given one, or where this method reads log-probs the generator's own weights."""
         return default_scorer(args.model, args.scorer, needed=cls.reads_scores if needed is None else needed,
                               why=cls.scorer_advice)
+
+    def option_problem(self, options: Mapping[str, Any]) -> Optional[str]:
+        """Why a run's per-request ``options`` (``configurable``) cannot run on this graph, found before
+        the run starts (a server answers it as a client error); None when they can. The kernel's own
+        checks are the config's validation; a method adds what only it knows."""
+        return None
 
     def finish(self, graph: Any) -> Any:
         """The compiled graph as the method hands it out (a method may bind settings, e.g. a recursion limit)."""

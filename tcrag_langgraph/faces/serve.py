@@ -300,6 +300,10 @@ async def per_request_config(config: dict[str, Any], request: Request) -> dict[s
     over = caps_problem(options, getattr(request.app.state, "tcrag_caps", None) or ServeCaps())
     if over:
         raise HTTPException(422, over)
+    kernel = getattr(request.app.state, "tcrag_kernel", None)
+    problem = kernel.option_problem(options) if kernel is not None else None
+    if problem:  # e.g. sigma "auto" for a model without a stored calibration
+        raise HTTPException(422, problem)
     thread_id = sent.get("thread_id")
     if thread_id is not None and (not isinstance(thread_id, str) or not thread_id.strip()
                                   or len(thread_id) > _MAX_THREAD_ID):
@@ -411,6 +415,9 @@ def create_app(
     if caps is not None and not isinstance(caps, ServeCaps):
         raise TypeError(f"caps must be a ServeCaps, got {type(caps).__name__}")
     app.state.tcrag_caps = caps or ServeCaps()
+    # the served method's node holder, which checks a request's options before its run starts
+    app.state.tcrag_kernel = getattr(graph, "tcrag_kernel", None) or getattr(getattr(graph, "bound", None),
+                                                                             "tcrag_kernel", None)
     add_routes(
         app,
         as_chat_runnable(graph),

@@ -100,7 +100,27 @@ def _message_problem(message: Any, where: str) -> Optional[str]:
         return f"{where}.type {kind!r} is not a message type (one of human, ai, system, tool)"
     if "content" not in message:
         return f"{where} has no 'content'"
-    return _content_problem(message["content"], where)
+    problem = _content_problem(message["content"], where)
+    if problem:
+        return problem
+    if kind == "tool" and not (isinstance(message.get("tool_call_id"), str) and message["tool_call_id"].strip()):
+        return f"{where} (a tool message) needs 'tool_call_id', the id of the tool call it answers"
+    if kind == "ai" and message.get("tool_calls") is not None:
+        calls = message["tool_calls"]
+        if not isinstance(calls, list):
+            return f"{where}.tool_calls must be a list of tool calls, not {_kind(calls)}"
+        for j, call in enumerate(calls):
+            if not (isinstance(call, dict) and isinstance(call.get("name"), str) and isinstance(call.get("args"), dict)
+                    and isinstance(call.get("id"), (str, type(None)))):
+                return (f"{where}.tool_calls[{j}] must be an object with 'name' (text), 'args' (an object) and "
+                        "'id' (text or null)")
+    try:  # anything else LangChain itself would refuse to read as a message
+        from langchain_core.messages import convert_to_messages
+
+        convert_to_messages([message])
+    except Exception as exc:
+        return f"{where} is not a valid {kind} message: {type(exc).__name__}: {exc}"
+    return None
 
 
 def _one_input_problem(value: Any, where: str) -> Optional[str]:

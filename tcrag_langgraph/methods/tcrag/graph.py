@@ -118,6 +118,16 @@ class TCRAG(RunKernel):
             return cfg.effective_sigma
         return resolve_sigma(cfg, chat_model_id(self.model))
 
+    def option_problem(self, options: Mapping[str, Any]) -> Optional[str]:
+        """``sigma="auto"`` asked per request needs this model's stored calibration: say so before the run."""
+        if options.get("sigma") != "auto" or not self.base_config.enable_state_monitor:
+            return None
+        try:
+            self.sigma(self.base_config.merged({k: v for k, v in options.items() if k in TCRAGConfig.model_fields}))
+        except (ValueError, FileNotFoundError) as exc:
+            return f"sigma 'auto': {exc}"
+        return None
+
     def cfg(self, config: RunnableConfig, runtime: Runtime) -> TCRAGConfig:
         return self.settings(config, runtime)[0]
 
