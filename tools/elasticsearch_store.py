@@ -276,6 +276,9 @@ class ElasticsearchStore(DocumentStore):
     def close(self) -> None:
         self._client.close()
 
+    #: every query goes to the Elasticsearch server: DOC_RAG over it is an outbound tool (layer.egress)
+    sends_off_machine = True
+
     # -- writing
     def _add(self, chunks: list[Chunk], vectors: np.ndarray | None, progress: Callable[[int], None] | None) -> int:
         from elasticsearch import helpers

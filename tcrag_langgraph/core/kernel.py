@@ -30,6 +30,7 @@ run glue they share, so each rule has one home:
 
 from __future__ import annotations
 
+import contextvars
 import inspect
 import math
 import typing
@@ -49,6 +50,7 @@ from ..monitor.risk import confidence_at
 from ..monitor.scoring import TokenStat
 from ..monitor.state_values import measure, scorer_score
 from ..tools.layer import invoke_tool, is_tool_error
+from ..tools.layer.egress import RECORDS_KEY, run_egress_context
 from ..tools.layer.outcome import content_text
 from ..tools.tokens import count_tokens
 from . import answer_format
@@ -83,7 +85,12 @@ def fresh_run(**extra: Any) -> dict[str, Any]:
     return {"trace": [], "steps": 0, "llm_calls": 0, "tool_calls": 0, "format_retries": 0,
             "token_usage": {"prompt": 0, "completion": 0}, "answer": None, "structured_answer": None,
             "answer_validated": False, "halt_reason": None, "error": None, "state_value": None, "knowledge": [],
-            "answer_generation_values": {}, **extra}
+            "answer_generation_values": {}, "records_read": [], **extra}
+
+
+#: the records the running node's run has read (state ``records_read``) and those read in this node
+#: (``new``): the egress rule's information flow, set by :meth:`RunKernel.node` around every node
+_RUN_READS: contextvars.ContextVar[Optional[dict[str, Any]]] = contextvars.ContextVar("tcrag_run_reads", default=None)
 
 
 class RunKernel:
@@ -374,13 +381,19 @@ class RunKernel:
         authenticated server user, else the trusted configuration's caller, never the client's words."""
         child = child_config(config)
         caller = caller_for_run(config, base=cfg.caller)
-        child["configurable"] = {**child.get("configurable", {}), CALLER_KEY: caller}
+        reads = _RUN_READS.get() or {"records": [], "new": [], "question": ""}
+        # the egress rule's context: everything this run has read, popped or summarised frames included
+        # (layer.egress); it replaces whatever a client or an earlier layer put under the key
+        egress = run_egress_context([*reads["records"], *reads["new"]], reads["question"])
+        child["configurable"] = {**child.get("configurable", {}), CALLER_KEY: caller, RECORDS_KEY: egress}
         outcome = invoke_tool(tool, tool_input, config=child, timeout_s=cfg.tool_timeout_s,
                               max_output_tokens=cfg.max_observation_tokens)
         work["tool_calls"] = work.get("tool_calls", 0) + 1
         if is_tool_error(outcome):
             return ToolCallRecord(tool=tool.name, tool_input=tool_input, observation=str(outcome), is_error=True,
                                   error_kind=outcome.kind)
+        if getattr(getattr(tool, "options", None), "holds_records", False):
+            reads["new"].append(outcome)  # from now on this run holds record text
         return ToolCallRecord(tool=tool.name, tool_input=tool_input, observation=outcome)
 
     # ----- trace and halt -----
@@ -495,12 +508,21 @@ class RunKernel:
         def run(state: Any, config: RunnableConfig, runtime: Runtime) -> Command:
             work: dict[str, Any] = {}
             args: list[Any] = [state, config] + ([runtime] if wants_runtime else []) + ([work] if wants_work else [])
+            reads = {"records": list(state.get("records_read") or []), "new": [], "question": state.get("question") or ""}
+            token = _RUN_READS.set(reads)
             try:
-                return fn(*args)
-            except RunFailure as failure:
-                partial = {**work, **failure.update}
-                return self.halt({**state, **partial}, config, reason=failure.reason, answer=None, validated=False,
-                                 error=str(failure), extra=partial)
+                try:
+                    command = fn(*args)
+                except RunFailure as failure:
+                    partial = {**work, **failure.update, **_read_update(reads)}
+                    return self.halt({**state, **partial}, config, reason=failure.reason, answer=None, validated=False,
+                                     error=str(failure), extra=partial)
+                if reads["new"] and isinstance(command, Command) and isinstance(command.update, dict):
+                    command = Command(graph=command.graph, update={**command.update, **_read_update(reads)},
+                                      resume=command.resume, goto=command.goto)
+                return command
+            finally:
+                _RUN_READS.reset(token)
 
         run.__name__ = getattr(fn, "__name__", "node")
         run.__qualname__ = getattr(fn, "__qualname__", run.__name__)
@@ -510,6 +532,11 @@ class RunKernel:
         run.__annotations__ = {"state": hints.get("state", Any), "config": RunnableConfig, "runtime": Runtime,
                                "return": hints.get("return", Command)}
         return run
+
+
+def _read_update(reads: Mapping[str, Any]) -> dict[str, Any]:
+    """The state update that keeps what a node read from record-holding tools (nothing when it read none)."""
+    return {"records_read": [*reads["records"], *reads["new"]]} if reads["new"] else {}
 
 
 def _monitor_value(compute: Callable[[], float]) -> float:

@@ -137,6 +137,9 @@ class MethodState(TypedDict, total=False):
     confidence: Optional[float]  # the calibrated probability that the answer is right (None: no calibration)
     #: the final answer's state values read off the log-probs of the reply that wrote it (monitor.generation)
     answer_generation_values: dict[str, float]
+    #: what this run read from tools that hold patient records (EMR_SEARCH), kept when a frame is popped or
+    #: summarised: the egress rule refuses outbound tools for the rest of the run (tools/layer/egress.py)
+    records_read: list[str]
     halt_reason: Optional[str]
     error: Optional[str]
     state_value: Optional[float]

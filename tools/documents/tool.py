@@ -145,6 +145,9 @@ def document_tool(
         args_schema=DocSearchArgs,
         options=options,
         **{"max_output_tokens": max_tokens, "primary_field": "query", **overrides},
+        # a search server (Elasticsearch) receives the query: the tool is outbound (layer.egress)
+        sends_off_machine=overrides.get("sends_off_machine", options.sends_off_machine)
+        or bool(getattr(store, "sends_off_machine", False)),
         secrets=(*overrides.get("secrets", options.secrets), *getattr(store, "secrets", ())),
     )
 

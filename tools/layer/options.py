@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any, Optional
+from typing import Any, Literal, Optional
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
@@ -67,6 +67,11 @@ class ToolOptions(BaseModel):
         default=False, description="The tool sends its input off this machine (a remote search provider or endpoint).")
     allow_record_egress: bool = Field(
         default=False, description="Operator's permission for this outbound tool to send record text; off by default.")
+    record_egress_check: Literal["flow", "match"] = Field(
+        default="flow", description="How an outbound tool keeps record text in: 'flow' refuses every call once the "
+        "run has read a record (paraphrase and encodings cannot slip through); 'match' refuses only inputs that "
+        "carry record text (normalised: NFKC, zero-width characters and separators folded) and encoded strings it "
+        "cannot read: weaker, for operators who need general searches after a record was read.")
 
     @field_validator("transient", mode="before")
     @classmethod

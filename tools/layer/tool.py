@@ -225,7 +225,7 @@ class LayeredTool(BaseTool):
             return prepared
         args, key = prepared
         if options.sends_off_machine and not options.allow_record_egress:
-            refused = egress_problem(self.name, args, config)  # the egress rule (layer.egress)
+            refused = egress_problem(self.name, args, config, options.record_egress_check)  # the egress rule
             if refused:
                 return self._error(options, "egress_refused", refused)
         hit = self._cached(key, options)

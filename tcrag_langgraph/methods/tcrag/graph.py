@@ -48,7 +48,6 @@ from ...monitor.generation import GENERATION_VALUES, NoGenerationLogprobs, gener
 from ...monitor.own_model import has_own_monitor
 from ...monitor.scoring import StateScorer
 from ...monitor.state_values import SAMPLED_VALUES, uses_evidence
-from ...tools.layer import with_egress_context
 from . import transitions
 from .actions import ActionParseError, format_instructions, parse_action
 from .prompting import demonstrations, final_turn_text, rejected_note, system_prompt, turn_text
@@ -189,7 +188,7 @@ class TCRAG(RunKernel):
             "sigma": None, "metric": cfg.metric, "state_value": cfg.initial_state_value,
             "token_usage": {"prompt": 0, "completion": 0}, "tool_calls": 0, "pending_action": None,
             "structured_answer": None, "final_conclusion": False, "repeated_tool_calls": 0, "last_call": False,
-            "repeat_warned": None, "generated_values": {}, "answer_generation_values": {},
+            "repeat_warned": None, "generated_values": {}, "answer_generation_values": {}, "records_read": [],
         }
         question, problem = extract_question(state, cfg)
         if problem is None and (cfg.risk, cfg.risk_delta) != (self.base_config.risk, self.base_config.risk_delta):
@@ -355,8 +354,8 @@ class TCRAG(RunKernel):
             update["repeated_tool_calls"] = state.get("repeated_tool_calls", 0) + 1
             return Command(goto="Generate", update=update)
         work = self.counters(state)
-        # the record text on the stack goes with the call: outbound tools refuse to send it (tools/layer/egress.py)
-        record = self.call_tool(work, tool, tool_input, cfg, with_egress_context(config, state["stack"], self.tools))
+        # what the run has read goes with the call (the kernel's): outbound tools refuse (tools/layer/egress.py)
+        record = self.call_tool(work, tool, tool_input, cfg, config)
         detail = json.dumps({"tool": tool.name, "input": tool_input, "error": record.error_kind},
                             ensure_ascii=False, default=str)
         t = transitions.tool_use(self.machine(state), record, content=pending.content, detail=detail)
