@@ -434,6 +434,8 @@ def test_the_cli_live_view_shows_the_reply_as_it_is_written_in_a_terminal_only()
             "--max-steps", "1", "--max-new-tokens", "24", "--temperature", "0", "--threads", "1"]
     env = dict(__import__("os").environ)
     env.pop("FORCE_COLOR", None)
+    env.pop("TTY_INTERACTIVE", None)
+    env["TERM"] = "xterm"  # the line is redrawn in place: a dumb terminal (TERM=dumb) does not get it
     piped = subprocess.run(args, capture_output=True, text=True, timeout=300, env={**env, "TTY_COMPATIBLE": "0"})
     terminal = subprocess.run(args, capture_output=True, text=True, timeout=300, env={**env, "TTY_COMPATIBLE": "1"})
     assert piped.returncode in (0, 1) and terminal.returncode in (0, 1), terminal.stderr[-2000:]

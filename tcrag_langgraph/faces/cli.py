@@ -255,7 +255,9 @@ def ask(
         out.print(f"[bold]{label}[/] metric={cfg.metric} sigma={sigma} "
                   f"max_steps={cfg.max_steps} max_new_tokens={cfg.max_new_tokens} tools={names}", highlight=False)
     final: dict[str, Any] = {}
-    writing = _LiveReply(out) if (not as_json and out.is_terminal) else None  # the reply as it is written
+    # the reply as it is written, on an interactive terminal only: it is redrawn in place, so a terminal
+    # that keeps colours but not cursor moves (TTY_INTERACTIVE=0, e.g. scripts/render_live_view.py) skips it
+    writing = _LiveReply(out) if (not as_json and out.is_interactive) else None
     modes = ["custom", "values", "messages"] if writing is not None else ["custom", "values"]
     for mode, chunk in graph.stream({"question": question}, stream_mode=modes):
         if mode == "messages":
