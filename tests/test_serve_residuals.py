@@ -23,7 +23,8 @@ from .helpers_servers import free_port, python_cmd, script_file, server_process
 # A model that never concludes: 60 different Thoughts (stack mode: each run starts at the first).
 NEVER_CONCLUDES = {"replies": [f"Thought: thought {i} about {{question}}" for i in range(60)], "default_score": 50.0}
 CAPS = ["--cap-max-steps", "20", "--cap-max-new-tokens", "256", "--cap-max-question-chars", "1000",
-        "--cap-answer-format-items", "3"]
+        "--cap-answer-format-items", "3", "--cap-max-format-retries", "3", "--cap-tool-timeout-s", "30",
+        "--cap-max-observation-tokens", "2000", "--cap-batch-inputs", "2"]
 
 
 @pytest.fixture(scope="module")
@@ -125,7 +126,18 @@ OVER_CAPS = [
     ({"max_question_chars": 10 ** 9}, "max_question_chars 1000000000 is over the cap of this server (1000"),
     ({"answer_format": [f"a{i}" for i in range(5000)]}, "answer_format has 5000 answers; this server allows at most 3"),
     ({"answer_format": ["x" * 5000]}, "answer_format's answers hold 5000 characters"),
+    ({"max_format_retries": 20}, "max_format_retries 20 is over the cap of this server (3"),
+    ({"tool_timeout_s": 3600}, "tool_timeout_s 3600 is over the cap of this server (30"),
+    ({"max_observation_tokens": 100_000}, "max_observation_tokens 100000 is over the cap of this server (2000"),
 ]
+
+
+def test_a_batch_is_capped_by_the_operator(served):
+    r = httpx.post(f"{served}/tcrag/batch", json={"inputs": [chat(), chat(), chat()]}, timeout=60)
+    assert r.status_code == 422 and "at most 2 per /batch" in r.json()["detail"], r.text
+    r = httpx.post(f"{served}/tcrag/batch", json={"inputs": [chat("a?"), chat("b?")],
+                                                  "config": {"configurable": {"max_steps": 1}}}, timeout=120)
+    assert r.status_code == 200 and len(r.json()["output"]) == 2, r.text
 
 
 def test_operator_caps_bound_what_a_request_may_set(served):

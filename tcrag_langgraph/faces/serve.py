@@ -185,9 +185,10 @@ class RequestGuard:
     :func:`per_request_config`."""
 
     def __init__(self, app: Any, *, users: Optional[UserDirectory], max_body_bytes: int, max_json_depth: int,
-                 open_paths: Sequence[str] = ("/healthz",)) -> None:
+                 open_paths: Sequence[str] = ("/healthz",), caps: Optional[ServeCaps] = None) -> None:
         self.app = app
         self.users = users
+        self.caps = caps or ServeCaps()
         self.max_body_bytes = max_body_bytes
         self.max_json_depth = max_json_depth
         self.open_paths = frozenset(open_paths)
@@ -241,7 +242,7 @@ class RequestGuard:
             await _refuse(send, 400, "request body is not valid JSON")
             return
         problem = _json_problem(parsed, max_depth=self.max_json_depth) or (
-            input_problem(scope["path"].rstrip("/").rsplit("/", 1)[-1], parsed)
+            input_problem(scope["path"].rstrip("/").rsplit("/", 1)[-1], parsed, self.caps)
             if scope["path"].startswith(_RUN_PREFIX) else None)
         if problem:
             await _refuse(send, 422, problem)
@@ -449,6 +450,7 @@ def create_app(
         return {"ok": True, "graph": graph.get_name(), "nodes": [n for n in graph.nodes if not n.startswith("__")]}
 
     # Starlette runs the last added middleware first: Host check, then the guard, then the routes.
-    app.add_middleware(RequestGuard, users=users, max_body_bytes=max_body_bytes, max_json_depth=max_json_depth)
+    app.add_middleware(RequestGuard, users=users, max_body_bytes=max_body_bytes, max_json_depth=max_json_depth,
+                       caps=app.state.tcrag_caps)
     app.add_middleware(TrustedHostMiddleware, allowed_hosts=hosts)
     return app

@@ -6,6 +6,7 @@ stack (FastAPI, Starlette, the auth layer): the server module is imported when `
 
 from __future__ import annotations
 
+import inspect
 from typing import Any, Optional
 
 from ..agent.flags import FACE_FLAGS, face_spec
@@ -44,20 +45,11 @@ def register(app: Any) -> None:
                                            rich_help_panel=server_panel),
         log_level: str = typer.Option("info", help="Server log level (critical, error, warning, info, debug).",
                                       rich_help_panel=server_panel),
-        cap_max_steps: int = typer.Option(ServeCaps().max_steps, min=1, max=1000, rich_help_panel=server_panel,
-                                          help="Largest max_steps a request may set."),
-        cap_max_new_tokens: int = typer.Option(ServeCaps().max_new_tokens, min=1, max=8192, rich_help_panel=server_panel,
-                                               help="Largest max_new_tokens a request may set."),
-        cap_max_question_chars: int = typer.Option(ServeCaps().max_question_chars, min=1, max=10_000_000,
-                                                   rich_help_panel=server_panel,
-                                                   help="Largest max_question_chars a request may set."),
-        cap_answer_format_items: int = typer.Option(ServeCaps().answer_format_items, min=1, max=10_000,
-                                                    rich_help_panel=server_panel,
-                                                    help="Most answers a request's answer_format may list."),
         **options: Any,
     ) -> None:
         """Serve the agent over HTTP (LangServe): /tcrag/invoke, /stream, /stream_events, /playground/."""
         import uvicorn
+        from pydantic import ValidationError
 
         from .auth import UserDirectory
         from .serve import LOOPBACK_HOSTS, check_exposure, create_app, is_loopback
@@ -69,6 +61,12 @@ def register(app: Any) -> None:
                 warning = check_exposure(host, authenticated=users is not None)
             except ValueError as exc:
                 raise UserError("Invalid option", str(exc)) from None
+            try:
+                caps = ServeCaps(**{name: options[f"cap_{name}"] for name in ServeCaps.model_fields})
+            except ValidationError as exc:
+                first = exc.errors()[0]
+                flag = "--cap-" + str(first["loc"][0]).replace("_", "-")
+                raise UserError("Invalid option", f"{flag}: {first['msg']}", flag=flag) from None
             spec = face_spec(options)  # named as AgentSpec's fields (agent.flags.FACE_FLAGS)
             graph = spec.build()
         except UserError as exc:
@@ -80,14 +78,18 @@ def register(app: Any) -> None:
             hosts.append(host)
         application = create_app(graph=graph, tools=options["tools"], checkpoint_db=checkpoint_db, users=users,
                                  allowed_hosts=hosts, max_body_bytes=max_body_bytes, max_threads=max_threads,
-                                 caps=ServeCaps(max_steps=cap_max_steps, max_new_tokens=cap_max_new_tokens,
-                                                max_question_chars=cap_max_question_chars,
-                                                answer_format_items=cap_answer_format_items))
+                                 caps=caps)
         typer.echo(f"TC-RAG serving on http://{host}:{port}/tcrag (playground: /tcrag/playground/) "
                    f"method={options['method']}"
                    + (f" [authentication: {len(users.users)} users]" if users else " [no authentication]")
                    + (" [SCRIPTED model: not a language model]" if options["scripted"] else ""), err=True)
         uvicorn.run(application, host=host, port=port, log_level=log_level)
 
-    serve.__signature__ = FACE_FLAGS.signature(serve)  # type: ignore[attr-defined]
+    signature = FACE_FLAGS.signature(serve)
+    # the operator's caps, one --cap-NAME flag per ServeCaps field (its bounds and help live on the field)
+    caps = [inspect.Parameter(f"cap_{name}", inspect.Parameter.KEYWORD_ONLY, annotation=field.annotation,
+                              default=typer.Option(field.default, f"--cap-{name.replace('_', '-')}",
+                                                   help=field.description, rich_help_panel=server_panel))
+            for name, field in ServeCaps.model_fields.items()]
+    serve.__signature__ = signature.replace(parameters=[*signature.parameters.values(), *caps])  # type: ignore
     app.command()(serve)

@@ -7,8 +7,9 @@
   else is a 422 with the reason, instead of an exception inside LangServe (a 500 that also reset the
   keep-alive connection).
 * :class:`ServeCaps`: the operator's caps on the options a client may set per request that cost
-  server time (``max_steps``, ``max_new_tokens``, ``max_question_chars``, the size of
-  ``answer_format``). They come from the server's configuration (``create_app(caps=...)``,
+  server time (``max_steps``, ``max_new_tokens``, ``max_question_chars``, ``max_format_retries``,
+  ``tool_timeout_s``, ``max_observation_tokens``, the size of ``answer_format``) and on the inputs of
+  one ``/batch``. They come from the server's configuration (``create_app(caps=...)``,
   ``tcrag serve --cap-...``), never from a request; a request over a cap is a 422 naming the cap.
 * :func:`recursion_limit_for`: the LangGraph ``recursion_limit`` a served run gets. LangServe runs
   every request with LangChain's default of 25 super-steps, which a run of 12 actions (the default
@@ -53,11 +54,17 @@ class ServeCaps(BaseModel):
     answer_format_items: int = Field(default=64, ge=1, le=10_000, description="Most allowed answers in answer_format.")
     answer_format_chars: int = Field(default=4_000, ge=1, le=1_000_000,
                                      description="Most characters in all of answer_format's answers together.")
+    max_format_retries: int = Field(default=5, ge=0, le=20, description="Largest max_format_retries a request may ask for.")
+    tool_timeout_s: float = Field(default=120.0, gt=0, le=3600, description="Largest tool_timeout_s a request may ask for.")
+    max_observation_tokens: int = Field(default=4096, ge=16, le=100_000,
+                                        description="Largest max_observation_tokens a request may ask for.")
+    batch_inputs: int = Field(default=8, ge=1, le=1000, description="Most inputs one /batch request may hold.")
 
 
 def caps_problem(options: dict[str, Any], caps: ServeCaps) -> Optional[str]:
     """Why the (already validated) per-request ``options`` exceed ``caps``, else None."""
-    for name in ("max_steps", "max_new_tokens", "max_question_chars"):
+    for name in ("max_steps", "max_new_tokens", "max_question_chars", "max_format_retries", "tool_timeout_s",
+                 "max_observation_tokens"):
         value = options.get(name)
         if isinstance(value, (int, float)) and not isinstance(value, bool) and value > getattr(caps, name):
             return f"{name} {value} is over the cap of this server ({getattr(caps, name)}; set by its operator)"
@@ -136,7 +143,7 @@ def _one_input_problem(value: Any, where: str) -> Optional[str]:
     return None
 
 
-def input_problem(route: str, body: Any) -> Optional[str]:
+def input_problem(route: str, body: Any, caps: Optional[ServeCaps] = None) -> Optional[str]:
     """Why a parsed request body cannot be run on ``route`` (the last path segment: ``invoke``,
     ``batch``, ...), else None. Bodies of other routes are not checked here.
 
@@ -154,6 +161,9 @@ def input_problem(route: str, body: Any) -> Optional[str]:
         inputs = body.get("inputs")
         if not isinstance(inputs, list):
             return "'inputs' must be a list of inputs"
+        most = (caps or ServeCaps()).batch_inputs
+        if len(inputs) > most:
+            return f"'inputs' holds {len(inputs)} inputs; this server runs at most {most} per /batch (set by its operator)"
         for i, value in enumerate(inputs):
             problem = _one_input_problem(value, f"inputs[{i}]")
             if problem:
