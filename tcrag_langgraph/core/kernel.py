@@ -281,12 +281,18 @@ class RunKernel:
         usage = state.get("token_usage") or {}
         return {"llm_calls": state.get("llm_calls", 0), "tool_calls": state.get("tool_calls", 0),
                 "steps": state.get("steps", 0),
-                "token_usage": {"prompt": usage.get("prompt", 0), "completion": usage.get("completion", 0)}}
+                "token_usage": {"prompt": 0, "completion": 0, **usage}}  # with the split of its tokens, if any
 
     def ask(self, work: dict[str, Any], messages: list[BaseMessage], cfg: TCRAGConfig, config: RunnableConfig, *,
             max_new_tokens: Optional[int] = None, temperature: Optional[float] = None,
-            stop: Optional[list[str]] = None, logprobs: bool = False) -> str:
+            stop: Optional[list[str]] = None, logprobs: bool = False,
+            prompt_parts: Optional[Mapping[str, int]] = None) -> str:
         """One model call; counts it and its tokens into ``work``; a failure raises ``RunFailure("model_error")``.
+
+        ``prompt_parts`` (a method's split of its prompt, e.g. ``prefix`` (system prompt and
+        demonstrations), ``stack``, ``reprompt``): counted into ``token_usage`` as ``prompt_<part>``;
+        the ``prefix`` of every call after the run's first also as ``prompt_cacheable`` (what a provider's
+        prompt cache could serve), so a run says where its tokens go.
 
         ``logprobs``: ask for the generated tokens' log-probs too (OpenAI's ``logprobs`` /
         ``top_logprobs``); ``work["generated_tokens"]`` then holds them (None when the reply has none):
@@ -324,6 +330,10 @@ class RunKernel:
             text = cut_at_stop(text, stop)
         usage["prompt"] = usage.get("prompt", 0) + sum(count_tokens(content_text(m.content)) for m in messages)
         usage["completion"] = usage.get("completion", 0) + count_tokens(text)
+        for part, tokens in (prompt_parts or {}).items():
+            usage[f"prompt_{part}"] = usage.get(f"prompt_{part}", 0) + int(tokens)
+        if prompt_parts and work.get("llm_calls", 0) > 0:  # the run's first call puts the prefix in a cache
+            usage["prompt_cacheable"] = usage.get("prompt_cacheable", 0) + int(prompt_parts.get("prefix", 0))
         work.update(llm_calls=work.get("llm_calls", 0) + 1, token_usage=usage)
         return text
 

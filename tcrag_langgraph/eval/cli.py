@@ -117,6 +117,20 @@ def _report_rejections(rows: list[dict[str, Any]], records: Optional[list[Any]],
             (out / "rejections.md").write_text(f"{heading}\n\n{table}", encoding="utf-8")
 
 
+def _report_token_split(rows: list[dict[str, Any]], out: Optional[Path], labels: dict[str, str]) -> None:
+    """Where each method's tokens went per question (eval.token_split), printed and, with ``out``,
+    written to tokens.md."""
+    from .token_split import token_split, token_split_markdown
+
+    table = token_split_markdown(token_split(rows), labels)
+    if table:
+        heading = "Where the tokens go, per question (the package's token count)"
+        typer.echo(f"{heading}\n\n{table}")
+        if out is not None:
+            out.mkdir(parents=True, exist_ok=True)
+            (out / "tokens.md").write_text(f"{heading}\n\n{table}", encoding="utf-8")
+
+
 def _warn_mixed_code(rows: list[dict[str, Any]]) -> None:
     """Say so when one method's rows came from different code (a run resumed after an edit)."""
     from .provenance import mixed_code_versions
@@ -242,6 +256,7 @@ def register(app: typer.Typer) -> None:
         paths = write_summary(summary, out)
         typer.echo(summary_markdown(summary))
         _report_rejections(rows, records, out, labels={n: METHODS[n].label for n in names})
+        _report_token_split(rows, out, labels={n: METHODS[n].label for n in names})
         _warn_mixed_code(rows)
         console.print(f"results: {out / 'results.jsonl'}; summary: {paths['markdown']}, {paths['csv']}"
                       + (f"; plot: {paths['plot']}" if "plot" in paths else ""))
@@ -274,6 +289,7 @@ def register(app: typer.Typer) -> None:
         # the questions are reloaded (to read each rejected Conclusion) only when there is one
         rejected = any(r.get("rejected") for r in rows)
         _report_rejections(rows, _records_of_run(runs[0]) if rejected else None, out, labels=labels)
+        _report_token_split(rows, out, labels=labels)
         _warn_mixed_code(rows)
         if out is not None:
             paths = write_summary(summary, out)

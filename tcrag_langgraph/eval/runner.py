@@ -332,6 +332,8 @@ def _run_one(
         "sigma": result.sigma,
         # what the answer stood on: tcrag calibrate measures the evidence-conditioned state values on it
         "evidence": result.evidence,
+        # where the run's tokens went, by its own count (eval.token_split)
+        "token_split": dict(result.token_usage),
         # the answer's values read off the reply that wrote it (gen_*; empty unless the run asked for them)
         **({"generation_values": result.answer_generation_values} if result.answer_generation_values else {}),
         "error": error or result.error,

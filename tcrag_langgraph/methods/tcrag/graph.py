@@ -48,6 +48,7 @@ from ...monitor.generation import GENERATION_VALUES, NoGenerationLogprobs, gener
 from ...monitor.own_model import has_own_monitor
 from ...monitor.scoring import StateScorer
 from ...monitor.state_values import SAMPLED_VALUES, uses_evidence
+from ...tools.tokens import count_tokens
 from . import transitions
 from .actions import ActionParseError, format_instructions, parse_action
 from .prompting import demonstrations, final_turn_text, rejected_note, system_prompt, turn_text
@@ -232,13 +233,17 @@ class TCRAG(RunKernel):
                 else turn_text(rendered, steps_left=cfg.max_steps - steps, answer_rule=answer_rule,
                                rejected=rejected_note(rejected, transitions.ways_after_rejection(allowed), list(self.tools))
                                if rejected is not None else ""))
+        prefix = len(messages)
         messages.append(HumanMessage(content=turn))
         for item in state.get("format_feedback", []):
             messages += [AIMessage(content=item["output"]), HumanMessage(content=item["error"])]
+        # where the prompt's tokens go (tcrag summarize): the fixed prefix, the stack, the re-prompts
+        sizes = [count_tokens(str(m.content)) for m in messages]
+        parts = {"prefix": sum(sizes[:prefix]), "stack": sizes[prefix], "reprompt": sum(sizes[prefix + 1:])}
         work = self.counters(state)
         read_logprobs = cfg.metric in GENERATION_VALUES or cfg.record_generation_values
         text = self.ask(work, messages, cfg, config, stop=STOP_SEQUENCES,  # a failure halts: model_error
-                        logprobs=read_logprobs)
+                        logprobs=read_logprobs, prompt_parts=parts)
         common = {"llm_calls": work["llm_calls"], "token_usage": work["token_usage"]}
         try:
             if final:
@@ -260,9 +265,11 @@ class TCRAG(RunKernel):
                         step=steps, action="Format_Error", op="format_error", content=text[:500],
                         stack_depth=len(stack), state_value=state.get("state_value"), detail=note))
                     feedback = [*state.get("format_feedback", []), {"output": text[:2000], "error": note}]
+                    common["token_usage"] = _spent_on(common["token_usage"], "completion_rejected", text)
                     return Command(goto="Generate", update={**common, "trace": trace, "format_feedback": feedback,
                                                               "repeat_warned": repeat.step})
         except ActionParseError as err:
+            common["token_usage"] = _spent_on(common["token_usage"], "completion_unusable", text)
             retries = state.get("format_retries", 0) + 1
             trace = self.record(state.get("trace"), config, TraceEvent(
                 step=steps, action="Format_Error", op="format_error", content=text[:500],
@@ -352,6 +359,8 @@ class TCRAG(RunKernel):
             t = transitions.refuse_repeated_call(self.machine(state), tool.name, tool_input, earlier)
             update = self.apply(state, config, t)
             update["repeated_tool_calls"] = state.get("repeated_tool_calls", 0) + 1
+            update["token_usage"] = _spent_on(state.get("token_usage"), "completion_refused_repeat",
+                                              f"Tool_Use: {tool.name}\nTool_Input: {tool_input}")
             return Command(goto="Generate", update=update)
         work = self.counters(state)
         # what the run has read goes with the call (the kernel's): outbound tools refuse (tools/layer/egress.py)
@@ -395,6 +404,8 @@ class TCRAG(RunKernel):
         t = apply_rule(self.machine(state), content, score=score)
         update = {**self.apply(state, config, t), **self.charged(state, spent)}
         if t.halt is None:  # rejected: kept as a Thought, the loop goes on
+            update["token_usage"] = _spent_on(update.get("token_usage") or state.get("token_usage"),
+                                              "completion_rejected", content)
             return Command(goto="Generate", update=update)
         update["structured_answer"] = answer_format.fit(cfg.answer_format, t.answer or "")
         update["answer_generation_values"] = dict(state.get("generated_values") or {})
@@ -471,6 +482,14 @@ def _review_decision(decision: Any) -> tuple[bool, Optional[str]]:
     if isinstance(decision, dict):
         return bool(decision.get("approve", False)), decision.get("feedback")
     return False, f"unrecognised review decision {decision!r}"
+
+
+def _spent_on(usage: Optional[Mapping[str, int]], kind: str, text: str) -> dict[str, int]:
+    """``usage`` with the tokens of a reply that was spent on ``kind`` (a rejected Conclusion, a refused
+    repeat, an unusable reply) added under ``kind``: the completions a run wasted, for tcrag summarize."""
+    usage = dict(usage or {"prompt": 0, "completion": 0})
+    usage[kind] = usage.get(kind, 0) + count_tokens(str(text))
+    return usage
 
 
 def _unjudged(model: Any) -> dict[str, str]:
