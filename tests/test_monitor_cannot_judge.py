@@ -42,6 +42,18 @@ def test_the_packaged_model_ships_a_calibration_measured_on_pubmedqa_trainval():
     assert (note is not None) == (not found.details["supported"])
 
 
+def test_the_catalogues_evaluation_model_ships_its_measured_calibration(tmp_path, monkeypatch):
+    """Qwen2.5-Coder-1.5B (tcrag pull qwen2.5-coder-1.5b): its cppl and uct were measured on 40
+    PubMedQA-L trainval answers and separate nothing, so 'validated' from either means nothing: the
+    shipped file says so and a run of that model says the monitor cannot judge it."""
+    monkeypatch.setenv("TCRAG_CACHE_DIR", str(tmp_path))  # no calibration of the user's own wins over it
+    for metric in ("cppl", "uct"):
+        found = shipped_calibration("qwen2.5-coder-1.5b-instruct", metric)
+        assert found is not None and found.n == 40 and found.details["supported"] is False
+        assert len(found.details["pairs"]["values"]) == 40 and "tcrag calibrate" in found.details["command"]
+        assert "AUROC" in calibration.monitor_cannot_judge("qwen2.5-coder-1.5b-instruct", metric)
+
+
 @pytest.mark.slow
 def test_a_run_the_monitor_would_validate_ends_cannot_judge(shipped, lm, tmp_path, monkeypatch):
     monkeypatch.setenv("TCRAG_CACHE_DIR", str(tmp_path / "user-cache"))

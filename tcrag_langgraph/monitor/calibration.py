@@ -203,7 +203,8 @@ def stored_calibrations(model_id: str, task: Optional[str] = None) -> list[Calib
     return found
 
 
-#: calibrations measured with ``tcrag calibrate`` for the models this package ships (installed with it)
+#: calibrations measured with ``tcrag calibrate`` for the models this package ships or its catalogue pulls
+#: (installed with it)
 SHIPPED_FILE = Path(__file__).with_name("shipped_calibrations.json")
 
 
