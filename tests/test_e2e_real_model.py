@@ -103,3 +103,33 @@ def test_the_main_job_runs_without_torch():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600)
     assert out.returncode == 0, out.stderr[-2000:]
     assert "Answer" in out.stdout and "TORCH False" in out.stdout, out.stdout[-2000:]
+
+
+def _pulled_15b():
+    """The catalogue's evaluation model where it is on this machine (pulled, or $TCRAG_QWEN_DIR), else None."""
+    import os
+    from pathlib import Path
+
+    from tcrag_langgraph.models.weights import cache_dir
+
+    for folder in (cache_dir() / "models", Path(os.environ.get("TCRAG_QWEN_DIR", "/work/models"))):
+        path = folder / "qwen2.5-coder-1.5b-instruct.gguf"
+        if path.is_file():
+            return path
+    return None
+
+
+@pytest.mark.skipif(_pulled_15b() is None, reason="needs Qwen2.5-Coder-1.5B (tcrag pull qwen2.5-coder-1.5b)")
+def test_the_main_job_with_the_pulled_evaluation_model_answers_and_does_not_overclaim():
+    """make ask's model, greedy, with the default tools: a right answer to a question it knows, and
+    not 'validated', because its own monitor does not separate right from wrong answers (the shipped
+    calibration, benchmarks/RESULTS.md section 16)."""
+    from tcrag_langgraph.faces.cli import app
+
+    result = CliRunner().invoke(app, ["ask", "Which bacterium causes tuberculosis?", "--model", str(_pulled_15b()),
+                                      "--temperature", "0", "--seed", "0", "--json"])
+    assert result.exit_code in (0, 1), result.output
+    out = json.loads(result.stdout[result.stdout.index("{"):])
+    assert "mycobacterium" in (out["answer"] or "").lower(), out["answer"]
+    assert out["halt_reason"] == "monitor_cannot_judge" and not out["answer_validated"]
+    assert "AUROC" in out["error"]
