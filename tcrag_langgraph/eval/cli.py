@@ -100,35 +100,33 @@ def _records_of_run(folder: Path) -> Optional[list[Any]]:
         return None
 
 
+def _report(heading: str, table: str, out: Optional[Path], filename: str) -> None:
+    """Print a table under its heading and, with ``out``, write it to ``out/filename``; nothing when empty."""
+    if not table:
+        return
+    typer.echo(f"{heading}\n\n{table}")
+    if out is not None:
+        out.mkdir(parents=True, exist_ok=True)
+        (out / filename).write_text(f"{heading}\n\n{table}", encoding="utf-8")
+
+
 def _report_rejections(rows: list[dict[str, Any]], records: Optional[list[Any]], out: Optional[Path],
                        labels: dict[str, str]) -> None:
-    """What the state monitor's rejections changed (eval.rejections), printed and, with ``out``,
-    written to rejections.md; nothing when no method rejected anything."""
+    """What the state monitor's rejections changed (eval.rejections): rejections.md; nothing when no
+    method rejected anything."""
     from .rejections import rejection_effects, rejections_markdown
 
-    if records is None:
-        return
-    table = rejections_markdown(rejection_effects(rows, records), labels)
-    if table:
-        heading = "State-monitor rejections: the first rejected Conclusion against the final answer"
-        typer.echo(f"{heading}\n\n{table}")
-        if out is not None:
-            out.mkdir(parents=True, exist_ok=True)
-            (out / "rejections.md").write_text(f"{heading}\n\n{table}", encoding="utf-8")
+    if records is not None:
+        _report("State-monitor rejections: the first rejected Conclusion against the final answer",
+                rejections_markdown(rejection_effects(rows, records), labels), out, "rejections.md")
 
 
 def _report_token_split(rows: list[dict[str, Any]], out: Optional[Path], labels: dict[str, str]) -> None:
-    """Where each method's tokens went per question (eval.token_split), printed and, with ``out``,
-    written to tokens.md."""
+    """Where each method's tokens went per question (eval.token_split): tokens.md."""
     from .token_split import token_split, token_split_markdown
 
-    table = token_split_markdown(token_split(rows), labels)
-    if table:
-        heading = "Where the tokens go, per question (the package's token count)"
-        typer.echo(f"{heading}\n\n{table}")
-        if out is not None:
-            out.mkdir(parents=True, exist_ok=True)
-            (out / "tokens.md").write_text(f"{heading}\n\n{table}", encoding="utf-8")
+    _report("Where the tokens go, per question (the package's token count)",
+            token_split_markdown(token_split(rows), labels), out, "tokens.md")
 
 
 def _warn_mixed_code(rows: list[dict[str, Any]]) -> None:
