@@ -82,36 +82,37 @@ def without_logprobs(served):
         server.server_close()
 
 
-def test_ask_with_a_served_model_is_monitored_by_its_replies_log_probs(served):
-    args = ["ask", Q, "--model", "openai:smollm2", "--base-url", served, "--api-key-env", KEY_ENV, "--no-tools",
+def ask_served(base_url: str) -> tuple[dict, str]:
+    """``tcrag ask --json`` against the served model at ``base_url`` (no tools, yes/no, greedy): the run's
+    result and everything printed; a run that could not call the model or its monitor fails here."""
+    args = ["ask", Q, "--model", "openai:smollm2", "--base-url", base_url, "--api-key-env", KEY_ENV, "--no-tools",
             "--answer-format", "yes,no", "--max-steps", "2", "--max-new-tokens", "32", "--temperature", "0", "--json"]
     result = runner.invoke(app, args, env={KEY_ENV: API_KEY})
     assert result.exit_code in (0, 1), result.output
     out = json.loads(result.stdout[result.stdout.index("{"):])
     assert out["halt_reason"] not in ("model_error", "scorer_error"), out.get("error")
+    return out, result.output
+
+
+def test_ask_with_a_served_model_is_monitored_by_its_replies_log_probs(served):
+    out, printed = ask_served(served)
     assert out["metric"] == "gen_answer_prob" and out["sigma"] == 0.5
     scored = [e["state_value"] for e in out["trace"] if e["action"] == "Conclusion" and e["state_value"] is not None]
     assert scored and all(0.0 <= v <= 1.0 for v in scored), out["trace"]
     if out["answer_generation_values"]:  # ended on a Conclusion: the value judged is its reply's own
         assert out["answer_generation_values"]["gen_answer_prob"] == scored[-1]
         assert out["answer_validated"] is (scored[-1] < 0.5)
-    assert API_KEY not in result.output
+    assert API_KEY not in printed
 
 
 def test_ask_with_a_served_model_without_log_probs_is_monitored_by_its_own_samples(without_logprobs):
-    served = without_logprobs
-    args = ["ask", Q, "--model", "openai:smollm2", "--base-url", served, "--api-key-env", KEY_ENV, "--no-tools",
-            "--answer-format", "yes,no", "--max-steps", "2", "--max-new-tokens", "32", "--temperature", "0", "--json"]
-    result = runner.invoke(app, args, env={KEY_ENV: API_KEY})
-    assert result.exit_code in (0, 1), result.output
-    out = json.loads(result.stdout[result.stdout.index("{"):])
-    assert out["halt_reason"] not in ("model_error", "scorer_error"), out.get("error")
+    out, printed = ask_served(without_logprobs)
     assert out["metric"] == "consistency" and out["sigma"] == 0.5
     scored = [e["state_value"] for e in out["trace"] if e["action"] == "Conclusion" and e["state_value"] is not None]
     assert scored, out["trace"]
     assert all(v in {0.0, 0.2, 0.4, 0.6, 0.8, 1.0} for v in (round(v, 6) for v in scored))  # k = 5 samples
     assert out["answer_validated"] is (scored[-1] < 0.5) or out["halt_reason"] == "max_steps"
-    assert API_KEY not in result.output
+    assert API_KEY not in printed
 
 
 def test_build_graph_over_a_served_model_reads_its_replies_or_samples_it(served, without_logprobs):
