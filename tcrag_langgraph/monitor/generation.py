@@ -34,6 +34,7 @@ Example:
 from __future__ import annotations
 
 import math
+import weakref
 from typing import Any, Mapping, NamedTuple, Optional, Sequence
 
 __all__ = ["GENERATION_VALUES", "TOP_LOGPROBS", "GeneratedToken", "reply_tokens", "content_tokens",
@@ -146,7 +147,8 @@ def generation_values(tokens: Sequence[GeneratedToken], content: str, *, chosen:
     return values
 
 
-_PROBED: dict[int, tuple[Any, bool]] = {}
+#: id(model) -> (a weak reference to it, its probe's answer); an entry leaves with its model
+_PROBED: dict[int, tuple[weakref.ref, bool]] = {}
 
 
 def returns_logprobs(model: Any) -> bool:
@@ -163,12 +165,13 @@ def returns_logprobs(model: Any) -> bool:
     if not isinstance(model, BaseChatOpenAI):
         return False
     known = _PROBED.get(id(model))
-    if known is not None and known[0] is model:
+    if known is not None and known[0]() is model:
         return known[1]
     try:
         reply = model.invoke("Reply with: OK", logprobs=True, top_logprobs=1, max_tokens=1)
         found = reply_tokens(reply) is not None
     except Exception:  # a server that refuses the request returns no log-probs either
         found = False
-    _PROBED[id(model)] = (model, found)
+    _PROBED[id(model)] = (weakref.ref(model), found)
+    weakref.finalize(model, _PROBED.pop, id(model), None)
     return found

@@ -35,7 +35,7 @@ Example:
 from __future__ import annotations
 
 from ..base import ToolError
-from .egress import RECORDS_KEY, with_egress_context
+from .egress import RECORDS_KEY
 from .options import ToolFailure, ToolOptions
 from .outcome import ToolOutcome, is_tool_error
 from .pipeline import ainvoke_tool, invoke_tool
@@ -57,5 +57,4 @@ __all__ = [
     "InputRepairError",
     "TOOL_POOL_WORKERS",
     "RECORDS_KEY",
-    "with_egress_context",
 ]

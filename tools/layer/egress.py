@@ -23,7 +23,7 @@ Only the operator's trusted configuration can allow record egress: ``ToolOptions
 True)`` on the outbound tool, set where the tool is built; nothing in a request or a run's context can.
 
 How a run's records reach the layer: the run kernel (every method's one door to tools,
-``RunKernel.call_tool``) puts :func:`egress_context` of everything the run has read into the call's
+``RunKernel.call_tool``) puts :func:`run_egress_context` of everything the run has read into the call's
 ``config["configurable"][RECORDS_KEY]`` (a popped or summarised frame still counts); a value a client
 sent under that key is replaced. A tool called outside an agent of this package has no such key.
 """
@@ -35,8 +35,7 @@ import re
 import unicodedata
 from typing import Any, Iterable, Mapping, Optional
 
-__all__ = ["RECORDS_KEY", "egress_context", "run_egress_context", "with_egress_context", "record_text_in",
-           "egress_problem"]
+__all__ = ["RECORDS_KEY", "run_egress_context", "record_text_in", "egress_problem"]
 
 #: Where the agent hands a tool call the record text on the run's stack.
 RECORDS_KEY = "tcrag_records_on_stack"
@@ -72,36 +71,6 @@ def run_egress_context(records: Iterable[str], question: str) -> dict[str, Any]:
     """The context of a run that has read ``records`` (record-holding observations) for ``question``."""
     held = [r for r in records if isinstance(r, str) and r]
     return {"records": held, "public": question or "", "read": bool(held)}
-
-
-def egress_context(stack: Iterable[Any], tools: Mapping[str, Any]) -> dict[str, Any]:
-    """``{"records": [...], "public": question}`` for the frames on ``stack``: the observations of
-    successful calls of tools whose options say ``holds_records``, and the User_Query text.
-
-    Frames are read by duck typing (``action``, ``content``, ``tool_call.tool/observation/is_error``),
-    so any agent with such frames can use it.
-    """
-    records: list[str] = []
-    public: list[str] = []
-    for frame in stack:
-        action = getattr(getattr(frame, "action", None), "value", getattr(frame, "action", None))
-        if action == "User_Query":
-            public.append(str(getattr(frame, "content", "") or ""))
-        call = getattr(frame, "tool_call", None)
-        if call is None or getattr(call, "is_error", False):
-            continue
-        options = getattr(tools.get(getattr(call, "tool", None)), "options", None)
-        if getattr(options, "holds_records", False):
-            records.append(str(getattr(call, "observation", "") or ""))
-    return {"records": records, "public": "\n".join(public), "read": bool(records)}
-
-
-def with_egress_context(config: Optional[Mapping[str, Any]], stack: Iterable[Any],
-                        tools: Mapping[str, Any]) -> dict[str, Any]:
-    """``config`` with :data:`RECORDS_KEY` set from ``stack`` (replacing whatever was there)."""
-    config = dict(config or {})
-    config["configurable"] = {**(config.get("configurable") or {}), RECORDS_KEY: egress_context(stack, tools)}
-    return config
 
 
 def record_text_in(text: str, context: Any) -> Optional[str]:
