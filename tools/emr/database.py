@@ -12,12 +12,12 @@ import threading
 from pathlib import Path
 from typing import Any, Optional, Sequence
 
-from sqlalchemy import and_, case, create_engine, func, insert, literal, or_, select
+from sqlalchemy import and_, create_engine, func, insert, literal, or_, select
 from sqlalchemy.engine import Engine, make_url
 from sqlalchemy.pool import StaticPool
 
 from ..layer import ToolFailure
-from .anonymity import (MatchedPatient, PatientFacts, ReleasedGroup, release_groups, render_released, select_released,
+from .anonymity import (PatientFacts, ReleasedGroup, release_groups, render_released, select_released,
                         span_label, widen_to_bands)
 from .cohort import generate_cohort, load_profiles
 from .redaction import Redactor
@@ -108,72 +108,6 @@ class EMRDatabase:
             return int(conn.execute(select(func.count()).select_from(patients)).scalar_one())
 
     # -- similar-patient search
-
-    @staticmethod
-    def _criteria(codes: Sequence[str], condition: Optional[str]) -> tuple[list[Any], list[str]]:
-        """One SQL condition on a diagnosis row per query criterion, and how each is named in the answer."""
-        criteria, labels = [], []
-        for code in codes:
-            # "E11" or "E11.6" also match their subcodes; codes are validated to [A-Z0-9.] already
-            criteria.append(or_(diagnoses.c.icd_code == code, diagnoses.c.icd_code.like(_like_escape(code) + "%", escape="\\")))
-            labels.append(code)
-        if condition:
-            words = [w for w in re.findall(r"[a-z0-9]+", condition.lower()) if len(w) > 2 and w not in _STOPWORDS][:6]
-            if words:
-                # each word must start a word of the title ("diabet" finds "diabetes", "or" finds nothing)
-                title = literal(" ") + func.lower(d_icd_diagnoses.c.long_title)
-                titles = select(d_icd_diagnoses.c.icd_code).where(
-                    and_(*[or_(*[title.like(f"%{sep}{_like_escape(w)}%", escape="\\") for sep in (" ", "(", "-", "[")])
-                           for w in words])
-                )
-                criteria.append(diagnoses.c.icd_code.in_(titles))
-                labels.append(f'"{condition}"')
-        if not criteria:
-            if condition:
-                raise ToolFailure("bad_input", f"the condition {condition!r} has no searchable words; "
-                                  "use words of a diagnosis (e.g. 'heart failure') or ICD-10-CM codes")
-            raise ToolFailure("bad_input", "give at least one ICD-10-CM code or a condition phrase")
-        return criteria, labels
-
-    def matching_patients(
-        self,
-        *,
-        codes: Sequence[str] = (),
-        condition: Optional[str] = None,
-        sex: Optional[str] = None,
-        age_min: Optional[int] = None,
-        age_max: Optional[int] = None,
-    ) -> tuple[list[str], list[MatchedPatient]]:
-        """Criteria labels and every patient matching any criterion, with the criteria each one matches.
-
-        A patient's age is the one at their latest admission that matches a criterion and the filters.
-        """
-        criteria, labels = self._criteria(codes, condition)
-        filters = [or_(*criteria)]
-        if sex:
-            filters.append(patients.c.sex == sex)
-        if age_min is not None:
-            filters.append(admissions.c.age_at_admit >= age_min)
-        if age_max is not None:
-            filters.append(admissions.c.age_at_admit <= age_max)
-        joined = diagnoses.join(admissions, diagnoses.c.admission_id == admissions.c.admission_id).join(
-            patients, diagnoses.c.patient_id == patients.c.patient_id
-        )
-        flags = [func.max(case((crit, 1), else_=0)).label(f"c{i}") for i, crit in enumerate(criteria)]
-        matched = (
-            select(diagnoses.c.patient_id.label("patient_id"), func.max(admissions.c.age_at_admit).label("age"), *flags)
-            .select_from(joined)
-            .where(*filters)
-            .group_by(diagnoses.c.patient_id)
-        ).subquery("matched")
-        with self._locked(), self.engine.connect() as conn:
-            rows = conn.execute(select(matched).order_by(matched.c.patient_id)).all()
-            facts = self._facts(conn, select(matched.c.patient_id))
-        out = []
-        for row in rows:
-            hit = frozenset(i for i in range(len(criteria)) if row[2 + i])
-            out.append(MatchedPatient(criteria=hit, age=int(row.age), facts=facts[row.patient_id]))
-        return labels, out
 
     def similar(
         self,
