@@ -106,6 +106,25 @@ def test_tcrag_monitored_by_the_replys_own_answer_probability(packaged_chat):
         assert out["halt_reason"] in ("max_steps", "format_error")
 
 
+@pytest.mark.parametrize("method", ["base", "sr-rag"])
+def test_the_direct_baselines_record_their_answers_values_as_their_confidence(packaged_chat, method):
+    # the risk-coverage curves rank a baseline's answers by the same reply-read values as TC-RAG's
+    from tcrag_langgraph import TCRAGConfig, build_agent
+
+    config = {"answer_format": ["yes", "no"], "max_new_tokens": 12, "temperature": 0.0, "max_format_retries": 1}
+    recorded = build_agent(method, model=packaged_chat, tools=[],
+                           config=TCRAGConfig(**config, record_generation_values=True)).invoke({"question": Q})
+    plain = build_agent(method, model=packaged_chat, tools=[], config=TCRAGConfig(**config)).invoke({"question": Q})
+    assert recorded["answer"] == plain["answer"]  # reading the log-probs changes nothing of the answer
+    assert not plain.get("answer_generation_values")  # only when asked
+    if recorded.get("structured_answer") in ("yes", "no"):
+        values = recorded["answer_generation_values"]
+        assert set(values) == {"gen_answer_prob", "gen_cppl", "gen_entropy"}
+        assert 0.0 <= values["gen_answer_prob"] <= 1.0 and values["gen_cppl"] >= 1.0
+    else:
+        assert recorded["halt_reason"] == "format_error"
+
+
 def test_a_model_whose_replies_carry_no_log_probs_halts_with_the_reason():
     from tcrag_langgraph import build_graph
     from tcrag_langgraph.testing import ScriptedChatModel, ScriptedReply

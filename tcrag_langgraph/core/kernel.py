@@ -45,7 +45,7 @@ from langgraph.runtime import Runtime, get_runtime
 from langgraph.types import Command, interrupt
 
 from ..models.local import cut_at_stop, takes_generation_settings
-from ..monitor.generation import TOP_LOGPROBS, reply_tokens, returns_logprobs
+from ..monitor.generation import TOP_LOGPROBS, generation_values, reply_tokens, returns_logprobs
 from ..monitor.risk import confidence_at
 from ..monitor.scoring import TokenStat
 from ..monitor.state_values import measure, scorer_score
@@ -336,6 +336,17 @@ class RunKernel:
             usage["prompt_cacheable"] = usage.get("prompt_cacheable", 0) + int(prompt_parts.get("prefix", 0))
         work.update(llm_calls=work.get("llm_calls", 0) + 1, token_usage=usage)
         return text
+
+    @staticmethod
+    def generation_values_of(work: Mapping[str, Any], content: str, cfg: TCRAGConfig, *,
+                             answer: bool = True) -> dict[str, float]:
+        """The generation values (:mod:`~tcrag_langgraph.monitor.generation`) of ``content``, a text the
+        last :meth:`ask` (with ``logprobs``) wrote, from that reply's token log-probs; with ``answer``
+        and an answer format of choices also ``gen_answer_prob`` of the choice it makes. Raises
+        :class:`~tcrag_langgraph.monitor.generation.NoGenerationLogprobs` when the reply carries none."""
+        choices = cfg.answer_format if isinstance(cfg.answer_format, tuple) else None
+        chosen = answer_format.fit(choices, content) if choices and answer else None
+        return generation_values(work.get("generated_tokens") or [], content, chosen=chosen, choices=choices)
 
     # ----- the state monitor -----
     def score(self, context: str, text: str, *, metric: str, **options: Any) -> float:

@@ -32,6 +32,7 @@ from ..core import answer_format
 from ..core.config import TCRAGConfig
 from ..core.kernel import RunKernel, fresh_run
 from ..core.state import MethodState
+from ..monitor.generation import NoGenerationLogprobs
 
 __all__ = ["DirectState", "Base", "CoT", "SRRAG", "BASELINES"]
 
@@ -125,7 +126,8 @@ class _Direct(RunKernel):
         retries = 0
         while True:
             work["format_retries"] = retries
-            text = self.ask(work, messages, cfg, config)  # a failure halts: model_error
+            text = self.ask(work, messages, cfg, config,  # a failure halts: model_error
+                            logprobs=cfg.record_generation_values)
             final = (answer_format.final_answer(text, keep_label=False) if self.variant == "cot" else text.strip()) or None
             structured, problem = answer_format.check(fmt, final or "")
             if problem is not None and self.variant == "cot" and _answer_line(text):  # the labelled line alone
@@ -138,6 +140,11 @@ class _Direct(RunKernel):
             messages += [AIMessage(content=text or "(empty)"),
                          HumanMessage(content=f"Your answer could not be used: {problem}. {rule}")]
         work.update(raw_output=text, structured_answer=structured if fmt is not None and problem is None else None)
+        if cfg.record_generation_values and final:  # the answer's own log-probs: its confidence in a risk curve
+            try:
+                work["answer_generation_values"] = self.generation_values_of(work, final, cfg)
+            except NoGenerationLogprobs:  # a model that returns none records none
+                pass
         return self.halt({**state, **work}, config, reason="answered" if problem is None else "format_error",
                          answer=final, validated=False,
                          error=None if problem is None else f"no answer in the asked format after {retries} re-prompts: {problem}",

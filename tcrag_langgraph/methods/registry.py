@@ -30,6 +30,8 @@ name               what it is
 
 ``tcrag-consistency``: TC-RAG, state monitor on 1 - the share of the model's resampled answers that agree
 with the Conclusion (``consistency``: no log-probs needed, any chat model).
+``tcrag-gen``: TC-RAG, state monitor on 1 - the probability of the chosen answer read off the reply's own
+token log-probs (``gen_answer_prob``: no second pass, no second copy of the weights).
 
 The registry of every method the library has, one row each: the faces (``tcrag ask/serve``, Studio)
 and the evaluation harness build methods through it, and the rest is generated from it: each
@@ -155,6 +157,8 @@ METHODS: dict[str, MethodSpec] = {
         MethodSpec("tcrag-auto", "TC-RAG-auto", "Ours", _TCRAG, {"sigma": "auto"}, uses_scorer=True),
         MethodSpec("tcrag-consistency", "TC-RAG-consistency", "Ours", _TCRAG, {"metric": "consistency"},
                    uses_scorer=True),
+        # judged by the reply's own log-probs (no second copy of the weights, any server that returns them)
+        MethodSpec("tcrag-gen", "TC-RAG-gen-answer-prob", "Ours", _TCRAG, {"metric": "gen_answer_prob"}),
         MethodSpec("crp-rag", "CRP-RAG", "Papers", _M + "crp_rag.graph:CRPRAG", uses_scorer=True,
                    studio="CRP-RAG (reasoning graph, knowledge-sufficiency check, abstention) on the same model, "
                           "tools and authentication as tcrag; bounded budgets of tcrag ask by default, runtime "

@@ -44,7 +44,7 @@ from ...core.state import Action, TraceEvent, observations
 from ...models.local import chat_model_id
 from ...monitor.calibration import confidence_map, resolve_monitor, resolve_sigma, risk_sigma
 from ...monitor.consistency import SamplingConsistencyScorer
-from ...monitor.generation import GENERATION_VALUES, NoGenerationLogprobs, generation_values, returns_logprobs
+from ...monitor.generation import GENERATION_VALUES, NoGenerationLogprobs, returns_logprobs
 from ...monitor.own_model import has_own_monitor
 from ...monitor.scoring import StateScorer
 from ...monitor.state_values import SAMPLED_VALUES, uses_evidence
@@ -309,10 +309,9 @@ class TCRAG(RunKernel):
         with ``scorer_error`` saying so."""
         if parsed.action not in (Action.CONCLUSION, Action.THOUGHT):
             return {}
-        choices = cfg.answer_format if isinstance(cfg.answer_format, tuple) else None
-        chosen = answer_format.fit(choices, parsed.content) if choices and parsed.action is Action.CONCLUSION else None
         try:
-            return generation_values(tokens or [], parsed.content, chosen=chosen, choices=choices)
+            return RunKernel.generation_values_of({"generated_tokens": tokens}, parsed.content, cfg,
+                                                  answer=parsed.action is Action.CONCLUSION)
         except NoGenerationLogprobs as exc:
             if cfg.enable_state_monitor and cfg.metric in GENERATION_VALUES:
                 raise RunFailure("scorer_error", f"{exc}: {cfg.metric} reads them (a server that returns none: "
