@@ -50,7 +50,8 @@ def without_logprobs(served):
         def _forward(self, method: str) -> None:
             body = self.rfile.read(int(self.headers.get("Content-Length") or 0)) if method == "POST" else None
             headers = {k: v for k, v in self.headers.items() if k.lower() in ("authorization", "content-type")}
-            reply = httpx.request(method, upstream + self.path, content=body, headers=headers, timeout=120)
+            # as patient as the client behind it (the OpenAI client waits 600 s): a loaded machine queues requests
+            reply = httpx.request(method, upstream + self.path, content=body, headers=headers, timeout=600)
             data = reply.content
             if reply.headers.get("content-type", "").startswith("application/json"):
                 payload = reply.json()

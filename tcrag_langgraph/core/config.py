@@ -38,13 +38,14 @@ class TCRAGConfig(BaseModel):
     model_config = ConfigDict(extra="forbid", validate_assignment=True)
 
     metric: Literal["cppl", "uct", "cppl_evidence", "uct_evidence", "answer_prob", "consistency", "gen_answer_prob",
-                    "gen_cppl", "gen_entropy"] = Field(
+                    "gen_cppl", "gen_entropy", "gen_combined"] = Field(
         default="cppl", description="State value: cppl (conditional perplexity, eq. 2) or uct (uncertainty, eq. 3), "
         "the paper's; cppl_evidence / uct_evidence (the same, given the tool observations too), answer_prob "
         "(1 - the probability of the chosen answer among the allowed ones; needs an answer_format of choices) "
         "or consistency (1 - the share of the model's own resampled answers that agree; any chat model, no "
         "log-probs) go beyond it, as do gen_answer_prob, gen_cppl and gen_entropy (read off the log-probs of the "
         "reply that wrote the Conclusion: no second pass; llama.cpp and chat servers that return log-probs) "
+        "and gen_combined (the three through a fit tcrag calibrate --metric gen_combined stores) "
         "(docs/monitor.md).")
     sigma: Optional[Union[Annotated[float, Field(gt=0)], Literal["auto"]]] = Field(
         default=None,
@@ -138,7 +139,7 @@ class TCRAGConfig(BaseModel):
             raise ValueError("risk sets sigma from the model's calibration: give risk or sigma, not both")
         # answer_prob with no answer_format is allowed here: a run can bring its format in the context
         # (tcrag eval does, per question); a run without one halts with scorer_error saying so.
-        if (self.metric in ("answer_prob", "gen_answer_prob") and self.enable_state_monitor
+        if (self.metric in ("answer_prob", "gen_answer_prob", "gen_combined") and self.enable_state_monitor
                 and self.answer_format is not None and not isinstance(self.answer_format, tuple)):
             raise ValueError(f"metric {self.metric!r} weighs the allowed answers: give answer_format a list of "
                              "choices (e.g. yes,no,maybe or option letters), not a model class")

@@ -45,6 +45,7 @@ from langgraph.runtime import Runtime, get_runtime
 from langgraph.types import Command, interrupt
 
 from ..models.local import cut_at_stop, takes_generation_settings
+from ..monitor.combination import COMBINED_VALUE, Combination
 from ..monitor.generation import TOP_LOGPROBS, generation_values, reply_tokens, returns_logprobs
 from ..monitor.risk import confidence_at
 from ..monitor.scoring import TokenStat
@@ -140,6 +141,8 @@ class RunKernel:
     #: the stored calibration's step function from state value to the probability an answer is right
     #: (thresholds, probabilities): every answer's ``confidence``; None without one
     confidence_map: Optional[tuple[Sequence[float], Sequence[float]]] = None
+    #: the stored fit that turns the generation values into ``gen_combined`` (None: not asked for)
+    combination: Optional[Combination] = None
 
     def __init__(self, model: BaseChatModel, tools: Sequence[BaseTool], scorer: Any, config: TCRAGConfig,
                  options: Optional[MethodOptions] = None, *, trust_client_identity: bool = False) -> None:
@@ -337,16 +340,20 @@ class RunKernel:
         work.update(llm_calls=work.get("llm_calls", 0) + 1, token_usage=usage)
         return text
 
-    @staticmethod
-    def generation_values_of(work: Mapping[str, Any], content: str, cfg: TCRAGConfig, *,
+    def generation_values_of(self, work: Mapping[str, Any], content: str, cfg: TCRAGConfig, *,
                              answer: bool = True) -> dict[str, float]:
         """The generation values (:mod:`~tcrag_langgraph.monitor.generation`) of ``content``, a text the
         last :meth:`ask` (with ``logprobs``) wrote, from that reply's token log-probs; with ``answer``
-        and an answer format of choices also ``gen_answer_prob`` of the choice it makes. Raises
+        and an answer format of choices also ``gen_answer_prob`` of the choice it makes, and
+        ``gen_combined`` where a fitted :attr:`combination` has all it reads. Raises
         :class:`~tcrag_langgraph.monitor.generation.NoGenerationLogprobs` when the reply carries none."""
         choices = cfg.answer_format if isinstance(cfg.answer_format, tuple) else None
         chosen = answer_format.fit(choices, content) if choices and answer else None
-        return generation_values(work.get("generated_tokens") or [], content, chosen=chosen, choices=choices)
+        values = generation_values(work.get("generated_tokens") or [], content, chosen=chosen, choices=choices)
+        combined = self.combination.value(values) if self.combination is not None and answer else None
+        if combined is not None:
+            values[COMBINED_VALUE] = combined
+        return values
 
     # ----- the state monitor -----
     def score(self, context: str, text: str, *, metric: str, **options: Any) -> float:

@@ -71,6 +71,7 @@ def register(app: typer.Typer) -> None:
         from ..monitor.calibration import Calibration, save_calibration
         from ..monitor.consistency import SamplingConsistencyScorer
         from ..monitor.state_values import GENERATION_VALUES, SAMPLED_VALUES, measure, scorer_score
+        from ..monitor.combination import COMBINED_VALUE
         from ..monitor.risk import risk_threshold
         from .calibration import auroc_interval, calibrate, confidence_fit
         from .datasets import answer_format_for, format_question, sample_records, task_name
@@ -141,6 +142,15 @@ def register(app: typer.Typer) -> None:
             console.print(f"[red]cannot calibrate:[/] needs both correct and wrong answers "
                           f"({sum(labels)} correct of {len(labels)})")
             raise typer.Exit(code=1)
+        combined: dict[str, float] = {}  # gen_combined, measured only on the half it was not fitted on
+        combination = None
+        if COMBINED_VALUE in metrics:
+            try:
+                combination, combined = _fit_combination_on_halves(rows, labels, seed=seed)
+            except ValueError as exc:
+                console.print(f"[red]cannot fit gen_combined:[/] {exc}")
+                if len(metrics) == 1:
+                    raise typer.Exit(code=1) from exc
 
         def score_with(query: str, text: str, *, metric: str, **options: Any) -> float:
             return scorer_score(sampler if metric in SAMPLED_VALUES else state_scorer, query, text, metric=metric,
@@ -149,6 +159,8 @@ def register(app: typer.Typer) -> None:
         def value_of(one: str, row: dict[str, Any], scorer: Any) -> Optional[float]:
             """The state value ``one`` of a finished run's answer: the rule the stack machine applies
             (:func:`measure`), on the question, the answer and the evidence the run stood on."""
+            if one == COMBINED_VALUE:
+                return combined.get(row["id"])
             if one in GENERATION_VALUES:  # read off the reply that wrote the answer, during the run
                 return (row.get("generation_values") or {}).get(one)
             record = by_id[row["id"]]
@@ -255,7 +267,8 @@ def register(app: typer.Typer) -> None:
                                  "n_correct": result.n_correct, "n_wrong": result.n_wrong,
                                  "n_missing": result.n_missing, "limit": limit, "seed": seed, "supported": supported,
                                  "auroc_interval": [low, high], "pairs": pairs, "risk_levels": levels,
-                                 "confidence": fit},
+                                 "confidence": fit,
+                                 **({"combination": combination.to_dict()} if one == COMBINED_VALUE else {})},
                     )
                 except ValueError as exc:
                     console.print(f"[red]not stored:[/] {exc}")
@@ -282,6 +295,30 @@ def register(app: typer.Typer) -> None:
     command = refusing_user_errors(calibrate_command)
     command.__signature__ = EVAL_FLAGS.signature(calibrate_command)  # type: ignore[attr-defined]
     app.command("calibrate")(command)
+
+
+def _fit_combination_on_halves(rows: list[dict[str, Any]], labels: list[bool], *, seed: int) -> tuple[Any, dict[str, float]]:
+    """gen_combined's fit on one half of the calibration answers and its values on the other (question
+    id -> value), where it is a fixed function: what the AUROC, the risk threshold and the confidence
+    map are measured on. The fit the other way round is reported too: two disjoint samples."""
+    from ..monitor.combination import fit_combination, split_halves
+    from .calibration import auroc_interval, calibrate
+
+    gen = [row.get("generation_values") or {} for row in rows]
+    first, second = split_halves(len(rows), seed=seed)
+    for fit_on, measure_on, name in ((second, first, "fitted on the second half, measured on the first"),
+                                     (first, second, "fitted on the first half, measured on the second (stored)")):
+        fitted = fit_combination([gen[i] for i in fit_on], [labels[i] for i in fit_on])
+        values = {rows[i]["id"]: fitted.value(gen[i]) for i in measure_on}
+        found = [(values[rows[i]["id"]], labels[i]) for i in measure_on if values[rows[i]["id"]] is not None]
+        try:
+            result = calibrate([v for v, _ in found], [c for _, c in found])
+            low, high = auroc_interval(result.auroc, result.n_correct, result.n_wrong)
+            typer.echo(f"gen_combined {name}: AUROC {result.auroc:.3f} ({low:.3f} - {high:.3f}), n={result.n}; "
+                       f"weights {dict(zip(fitted.features, (round(c, 3) for c in fitted.coef)))}")
+        except ValueError as exc:
+            typer.echo(f"gen_combined {name}: no AUROC ({exc})")
+    return fitted, values
 
 
 def _no_logprobs(context: str, text: str) -> list[float]:

@@ -28,7 +28,7 @@ from typing import Any, Optional
 from .state_values import STATE_VALUES
 
 __all__ = ["METRICS", "Calibration", "CalibrationNotFoundError", "default_calibration_path", "save_calibration",
-           "load_calibration", "resolve_sigma", "resolve_monitor", "stored_calibrations", "shipped_calibration", "monitor_cannot_judge", "SHIPPED_FILE", "risk_sigma", "confidence_map"]
+           "load_calibration", "resolve_sigma", "resolve_monitor", "stored_calibrations", "shipped_calibration", "monitor_cannot_judge", "SHIPPED_FILE", "risk_sigma", "confidence_map", "stored_combination"]
 
 #: the state values a calibration can be stored for
 METRICS = STATE_VALUES
@@ -328,6 +328,24 @@ def risk_sigma(config: Any, model_id: str) -> tuple[float, Optional[str]]:
             f"{1 - config.risk_delta:g}: no answer is validated (calibrate on more questions, or ask for a larger "
             "risk)")
     return found.sigma, None
+
+
+def stored_combination(config: Any, model_id: str) -> Any:
+    """The ``gen_combined`` fit stored with ``model_id``'s calibration on ``config.calibration_task``
+    (a :class:`~.combination.Combination`); a missing one is a :class:`CalibrationNotFoundError` saying how to make it."""
+    from .combination import Combination
+
+    try:
+        calibration = load_calibration(model_id=model_id, metric="gen_combined",
+                                       task=getattr(config, "calibration_task", None))
+    except CalibrationNotFoundError as missing:
+        raise CalibrationNotFoundError(f"gen_combined reads a fit of the generation values made for the model and "
+                                       f"task: {missing}") from None
+    fit = calibration.details.get("combination")
+    if not fit:
+        raise CalibrationNotFoundError(f"the gen_combined calibration of {model_id!r} keeps no fit: run tcrag "
+                                       "calibrate --metric gen_combined again")
+    return Combination.from_dict(fit)
 
 
 def confidence_map(config: Any, model_id: str) -> Optional[tuple[list[float], list[float]]]:

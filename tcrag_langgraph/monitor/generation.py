@@ -13,6 +13,9 @@ the reply itself, everything these values need:
 ``gen_entropy``      the mean entropy (nats) of the next-token distribution at the Conclusion's         0.7
                      tokens, from ``top_logprobs`` (the mass outside the top ``k`` counted as one
                      outcome: a lower bound of the full entropy)
+``gen_combined``     1 - the probability that the answer is right, from the three above through a       0.5
+                     logistic regression that ``tcrag calibrate --metric gen_combined`` fits for the
+                     model and task (:mod:`.combination`; a run without that calibration is refused)
 ===================  ===============================================================================  =====
 
 Lower is better, as for every state value. They are conditioned on the whole prompt the model
@@ -41,7 +44,7 @@ __all__ = ["GENERATION_VALUES", "TOP_LOGPROBS", "GeneratedToken", "reply_tokens"
            "generation_values", "returns_logprobs", "NoGenerationLogprobs"]
 
 #: the state values read off the generation's own log-probs
-GENERATION_VALUES = ("gen_answer_prob", "gen_cppl", "gen_entropy")
+GENERATION_VALUES = ("gen_answer_prob", "gen_cppl", "gen_entropy", "gen_combined")
 #: alternatives asked for at each generated token (OpenAI accepts up to 20)
 TOP_LOGPROBS = 10
 

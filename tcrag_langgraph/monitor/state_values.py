@@ -54,7 +54,8 @@ PAPER_VALUES = ("cppl", "uct")
 #: (the generation values' are explained in :mod:`.generation`)
 DEFAULT_SIGMA: dict[str, float] = {"cppl": 10.0, "uct": 20.0, "cppl_evidence": 10.0, "uct_evidence": 20.0,
                                    "answer_prob": 0.5, "consistency": 0.5,
-                                   "gen_answer_prob": 0.5, "gen_cppl": 1.5, "gen_entropy": 0.7}
+                                   "gen_answer_prob": 0.5, "gen_cppl": 1.5, "gen_entropy": 0.7,
+                                   "gen_combined": 0.5}
 
 
 def token_logprobs_to_metric(logprobs: list[float], metric: str) -> float:

@@ -42,7 +42,7 @@ from ...core.kernel import RunFailure, RunKernel
 from ...core.run_input import extract_question, last_human_is, question_problem
 from ...core.state import Action, TraceEvent, observations
 from ...models.local import chat_model_id
-from ...monitor.calibration import confidence_map, resolve_monitor, resolve_sigma, risk_sigma
+from ...monitor.calibration import confidence_map, resolve_monitor, resolve_sigma, risk_sigma, stored_combination
 from ...monitor.consistency import SamplingConsistencyScorer
 from ...monitor.generation import GENERATION_VALUES, NoGenerationLogprobs, returns_logprobs
 from ...monitor.own_model import has_own_monitor
@@ -100,6 +100,8 @@ class TCRAG(RunKernel):
             machine.certified_sigma, why = risk_sigma(cfg, chat_model_id(args.model))
             if why is not None:  # nothing may be validated: the run says why
                 machine.unjudged = {**machine.unjudged, cfg.metric: why}
+        if cfg.enable_state_monitor and cfg.metric == "gen_combined":  # the fit it reads, now, not mid-run
+            machine.combination = stored_combination(cfg, chat_model_id(args.model))
         if cfg.enable_state_monitor:
             try:
                 machine.confidence_map = confidence_map(cfg, chat_model_id(args.model))
@@ -148,7 +150,7 @@ class TCRAG(RunKernel):
         makes (:meth:`charged` adds them to the run's counters)."""
         if not cfg.enable_state_monitor:
             return None
-        if cfg.metric in ("answer_prob", "gen_answer_prob", *SAMPLED_VALUES):
+        if cfg.metric in ("answer_prob", "gen_answer_prob", "gen_combined", *SAMPLED_VALUES):
             if not conclusion:  # a Thought has no answer to weigh or resample: it keeps the state at sigma
                 return state["sigma"]
             if cfg.metric == "answer_prob":
@@ -157,7 +159,7 @@ class TCRAG(RunKernel):
             value = (state.get("generated_values") or {}).get(cfg.metric)
             if value is None:
                 need = " (it needs an answer_format of choices, and the answer among them)" \
-                    if cfg.metric == "gen_answer_prob" else ""
+                    if cfg.metric in ("gen_answer_prob", "gen_combined") else ""
                 raise RunFailure("scorer_error", f"no {cfg.metric} for this reply{need}")
             return value
         evidence = observations(state["stack"]) if uses_evidence(cfg.metric) else ()
@@ -301,8 +303,7 @@ class TCRAG(RunKernel):
                        update={**common, "pending_action": parsed, "format_retries": 0, "format_feedback": [],
                                "final_conclusion": final, "generated_values": generated})
 
-    @staticmethod
-    def generated_values(tokens: Any, parsed: ParsedAction, cfg: TCRAGConfig,
+    def generated_values(self, tokens: Any, parsed: ParsedAction, cfg: TCRAGConfig,
                          common: dict[str, Any]) -> dict[str, float]:
         """The generation values of a Thought's or Conclusion's text (:mod:`~tcrag_langgraph.monitor.generation`),
         from the reply's own token log-probs; a monitor that reads them from a reply without any halts
@@ -310,8 +311,8 @@ class TCRAG(RunKernel):
         if parsed.action not in (Action.CONCLUSION, Action.THOUGHT):
             return {}
         try:
-            return RunKernel.generation_values_of({"generated_tokens": tokens}, parsed.content, cfg,
-                                                  answer=parsed.action is Action.CONCLUSION)
+            return self.generation_values_of({"generated_tokens": tokens}, parsed.content, cfg,
+                                             answer=parsed.action is Action.CONCLUSION)
         except NoGenerationLogprobs as exc:
             if cfg.enable_state_monitor and cfg.metric in GENERATION_VALUES:
                 raise RunFailure("scorer_error", f"{exc}: {cfg.metric} reads them (a server that returns none: "
