@@ -129,6 +129,17 @@ def _report_token_split(rows: list[dict[str, Any]], out: Optional[Path], labels:
             token_split_markdown(token_split(rows), labels), out, "tokens.md")
 
 
+def _report_risk_coverage(rows: list[dict[str, Any]], out: Optional[Path], labels: dict[str, str]) -> None:
+    """How well each state value ranks each method's answers, and the validated answers' error rate
+    (eval.risk_coverage): risk_coverage.md and risk_coverage.png."""
+    from .risk_coverage import plot_risk_coverage, risk_coverage_markdown
+
+    _report("Risk and coverage (lower AURC: a state value that ranks the answers better)",
+            risk_coverage_markdown(rows, labels), out, "risk_coverage.md")
+    if out is not None:
+        plot_risk_coverage(rows, out / "risk_coverage.png", labels=labels)
+
+
 def _warn_mixed_code(rows: list[dict[str, Any]]) -> None:
     """Say so when one method's rows came from different code (a run resumed after an edit)."""
     from .provenance import mixed_code_versions
@@ -255,6 +266,7 @@ def register(app: typer.Typer) -> None:
         typer.echo(summary_markdown(summary))
         _report_rejections(rows, records, out, labels={n: METHODS[n].label for n in names})
         _report_token_split(rows, out, labels={n: METHODS[n].label for n in names})
+        _report_risk_coverage(rows, out, labels={n: METHODS[n].label for n in names})
         _warn_mixed_code(rows)
         console.print(f"results: {out / 'results.jsonl'}; summary: {paths['markdown']}, {paths['csv']}"
                       + (f"; plot: {paths['plot']}" if "plot" in paths else ""))
@@ -288,6 +300,7 @@ def register(app: typer.Typer) -> None:
         rejected = any(r.get("rejected") for r in rows)
         _report_rejections(rows, _records_of_run(runs[0]) if rejected else None, out, labels=labels)
         _report_token_split(rows, out, labels=labels)
+        _report_risk_coverage(rows, out, labels=labels)
         _warn_mixed_code(rows)
         if out is not None:
             paths = write_summary(summary, out)
