@@ -1,9 +1,14 @@
-"""LangChain's own standard test suites (langchain-tests) on the project's parts: the local chat model
-(packaged SmolLM2, real generation) and each of the four tools (real data, real calls).
+"""LangChain's own standard test suites (langchain-tests) on the project's parts: the two local chat models
+(the packaged SmolLM2 on transformers and on llama.cpp, real generation) and each of the four tools (real
+data, real calls).
 
 Skips are only for capabilities a part truly lacks, declared through the suites' own flags: the local
-model has no native tool calling, structured output, image/audio/PDF input or JSON mode (actions are
+models have no native tool calling, structured output, image/audio/PDF input or JSON mode (actions are
 parsed from text, see README).
+
+``make test`` runs this module in a pytest process of its own, in random order (pytest-randomly; the
+header prints the seed: rerun one order with ``python -m pytest -p randomly --randomly-seed=SEED
+tests/test_standard_conformance.py``), so no test passes only because of what an earlier one left behind.
 """
 
 from __future__ import annotations
@@ -14,9 +19,14 @@ import pytest
 
 pytest.importorskip("langchain_tests")
 
+# A hang becomes this test's failure, with the stack of every thread, and the run goes on (pytest-timeout's
+# SIGALRM method; the slowest test here takes about 13 s on a busy 2-core machine, model loading included).
+pytestmark = pytest.mark.timeout(120, method="signal")
+
 from langchain_tests.integration_tests import ChatModelIntegrationTests, ToolsIntegrationTests  # noqa: E402
 from langchain_tests.unit_tests import ChatModelUnitTests, ToolsUnitTests  # noqa: E402
 
+from tcrag_langgraph.models.llama_cpp import LlamaCppChatModel  # noqa: E402
 from tcrag_langgraph.models.local import LocalChatModel  # noqa: E402
 
 
@@ -61,6 +71,26 @@ class TestLocalChatModelUnit(_LocalChatModelSettings, ChatModelUnitTests):
 
 @pytest.mark.slow
 class TestLocalChatModelIntegration(_LocalChatModelSettings, ChatModelIntegrationTests):
+    pass
+
+
+class _LlamaCppChatModelSettings(_LocalChatModelSettings):
+    @property
+    def chat_model_class(self) -> type[LlamaCppChatModel]:
+        return LlamaCppChatModel
+
+    @property
+    def chat_model_params(self) -> dict[str, Any]:
+        # one thread: llama.cpp's spinning threads crawl on a busy 2-core machine
+        return {"max_new_tokens": 24, "temperature": 0.0, "n_threads": 1}
+
+
+class TestLlamaCppChatModelUnit(_LlamaCppChatModelSettings, ChatModelUnitTests):
+    pass
+
+
+@pytest.mark.slow
+class TestLlamaCppChatModelIntegration(_LlamaCppChatModelSettings, ChatModelIntegrationTests):
     pass
 
 

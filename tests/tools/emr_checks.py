@@ -6,9 +6,9 @@ import re
 from contextlib import contextmanager
 from types import SimpleNamespace
 
-from sqlalchemy import event
+from sqlalchemy import event, func, insert, select
 
-from tcrag_langgraph.tools.emr import PatientFacts
+from tcrag_langgraph.tools.emr import PatientFacts, admissions, diagnoses, labs, medications, patients
 from tcrag_langgraph.tools.emr.anonymity import age_band
 
 
@@ -203,3 +203,26 @@ def shown_supporters(case, facts, ages):
             continue
         out.append(pid)
     return out
+
+
+# ---------------------------------------------------------------- admissions after a release (issue 40 item 4)
+
+
+def admit_copy(db, source_id, new_id):
+    """Admit a new patient ``new_id`` to ``db``: a copy of ``source_id``'s rows (person, admissions,
+    diagnoses, medications, labs) under fresh ids, written the way an admission would be."""
+    with db.engine.begin() as conn:
+        person = dict(conn.execute(select(patients).where(patients.c.patient_id == source_id)).mappings().one())
+        first = conn.execute(select(func.max(admissions.c.admission_id))).scalar_one() + 1
+        adms = conn.execute(select(admissions).where(admissions.c.patient_id == source_id)
+                            .order_by(admissions.c.admission_id)).mappings().all()
+        renumber = {a["admission_id"]: first + i for i, a in enumerate(adms)}
+        conn.execute(insert(patients), [{**person, "patient_id": new_id, "mrn": f"MRN-{new_id}"}])
+        conn.execute(insert(admissions), [{**a, "patient_id": new_id, "admission_id": renumber[a["admission_id"]]}
+                                          for a in adms])
+        for table in (diagnoses, medications, labs):
+            copied = [{**{c: v for c, v in r.items() if c != "id"}, "patient_id": new_id,
+                       "admission_id": renumber[r["admission_id"]]}
+                      for r in conn.execute(select(table).where(table.c.patient_id == source_id)).mappings()]
+            if copied:
+                conn.execute(insert(table), copied)

@@ -8,10 +8,12 @@
   plausible comorbidity clusters, medications and lab values. All people are fictitious.
 * :mod:`.database`: :class:`EMRDatabase`, the engine and the parameterised queries. Every query
   uses bound parameters; model text never becomes SQL.
-* :mod:`.anonymity`: what similar-patient search may show. Patients are partitioned once into a
+* :mod:`.anonymity`: what similar-patient search may show. Patients are partitioned into a
   released table of groups of at least ``min_cohort_size``, each one row of what all its members
   share; answers are computed from those rows only (ages by whole 10-year bands), so no two
-  queries differ by fewer than ``min_cohort_size`` patients; counts are ranges.
+  queries differ by fewer than ``min_cohort_size`` patients; counts are ranges. The table is kept
+  in the database and only grows by whole groups of newly admitted patients, so answers given
+  at different times, by restarted processes or replicas, differ by whole groups too.
 * :mod:`.redaction`: :class:`Redactor`. Names, MRNs, exact birth dates, addresses and phone numbers
   never leave the tool: they are not selected into summaries, and look-ups are scrubbed of them
   (the free-text notes carry them).

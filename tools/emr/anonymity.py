@@ -1,8 +1,8 @@
 """What similar-patient search may show: a released table of k-anonymous groups, and coarsened counts.
 
-**What the EMR tool uses (issue 21)**: :func:`release_groups` partitions every patient once (per
-database) into groups of at least k = ``min_cohort_size``; each group is published as one row of
-what all its members share (sex or "any sex", an age span of whole 10-year bands at the latest
+**What the EMR tool uses (issue 21)**: :func:`release_groups` partitions the patients into groups of
+at least k = ``min_cohort_size`` that share at least one diagnosis; each group is published as one
+row of what all its members share (sex or "any sex", an age span of whole 10-year bands at the latest
 admission, diagnoses, medications, abnormal-lab directions, disposition). :func:`select_released`
 answers a query from those rows only (a criterion matches a row through a shared diagnosis; an age
 range is widened to whole bands; a filter keeps a row only if all its members satisfy it) and
@@ -10,6 +10,11 @@ range is widened to whole bands; a filter keeps a row only if all its members sa
 any two answers differ by whole groups of at least k: no pair of queries (codes, condition, sex,
 ages) can difference below k. The cost: a patient's diagnosis that the rest of their group lacks is
 not searchable.
+
+**Over time (issue 40)**: the release is kept in the database (``EMRDatabase.release``) and only
+grows: admitted patients it does not cover wait until at least k of them can be published, and are
+then partitioned among themselves into new rows; published rows never change. So two releases, like
+two queries, differ by whole groups of at least k (newly admitted) patients in every answer.
 
 The per-query rule below (:func:`select_case_groups`, :func:`render_similar`) is what the tool used
 before; it is kept for reference and its tests, and is not used by EMR_SEARCH.
@@ -231,12 +236,12 @@ def render_similar(
     return "\n".join(lines)
 
 
-# ------------------------------------------------------------------ the released table (issue 21)
-# Similar-patient answers are computed only from a table released once per database: patients are
-# partitioned into groups of at least k, and each group is one row of what all its members share.
-# Any answer is then a function of whole rows, so two answers (any criteria, sex, ages) are computed
-# from patient sets that differ by whole groups of at least k: no pair of queries can difference
-# below k.
+# ------------------------------------------------------------------ the released table (issues 21, 40)
+# Similar-patient answers are computed only from a released table: patients are partitioned into groups
+# of at least k, and each group is one row of what all its members share. Any answer is then a function
+# of whole rows, so two answers (any criteria, sex, ages) are computed from patient sets that differ by
+# whole groups of at least k: no pair of queries can difference below k. The database keeps the rows and
+# only adds new ones (EMRDatabase.release), so the same holds between answers given at different times.
 
 #: Published age bands: ten years each, 90 and over one band (see :func:`age_band`).
 AGE_BAND_STARTS = tuple(range(0, 100, 10))
@@ -294,24 +299,43 @@ class _Class:
 
 
 def release_groups(patients: Mapping[str, tuple[int, PatientFacts]], *, k: int) -> list[ReleasedGroup]:
-    """Partition ``patients`` (id -> (age, facts)) into groups of at least ``k``; patients that cannot
-    form one (fewer than ``k`` in all) are left out of the release.
+    """Partition ``patients`` (id -> (age, facts)) into groups of at least ``k`` that share at least one
+    diagnosis; patients that cannot join such a group are left out (in the EMR database they stay
+    pending for a later batch, ``EMRDatabase.release``).
 
     Start from classes of identical (sex, age band, diagnoses); while a class is smaller than ``k``,
-    merge the smallest one into the class whose merge loses the fewest shown facts (patient-diagnosis
-    pairs no longer shared, plus one per decade the age span widens and one if sex is generalised),
-    preferring another small class, then a fixed order. Deterministic: the same patients give the same release.
+    merge the smallest one into the class, among those it shares a diagnosis with, whose merge loses
+    the fewest shown facts (patient-diagnosis pairs no longer shared, plus one per decade the age
+    span widens and one if sex is generalised), preferring another small class, then a fixed order.
+    A small class that shares no diagnosis with any other is left out rather than merged: a group
+    that shares no diagnosis can never be selected (a query criterion matches a row only through a
+    shared diagnosis), so the merge would only erase what its partner shares. The patients left out
+    are partitioned again among themselves until a pass finds no group. Deterministic: the same
+    patients give the same groups, in :func:`release_order`.
 
     Example:
         >>> f = lambda s, dx: PatientFacts(s, frozenset(dx), frozenset(), frozenset(), "HOME")
-        >>> pts = {f"P{i}": (60 + i, f("F", ["I10"])) for i in range(3)}
-        >>> [(g.size, g.sex, g.age_label, sorted(g.diagnoses)) for g in release_groups(pts, k=3)]
-        [(3, 'F', '60-69', ['I10'])]
+        >>> pts = {f"P{i}": (60 + i, f("F", ["I10"])) for i in range(3)} | {"P9": (30, f("M", ["J45.909"]))}
+        >>> [(g.members, g.sex, g.age_label, sorted(g.diagnoses)) for g in release_groups(pts, k=3)]
+        [(('P0', 'P1', 'P2'), 'F', '60-69', ['I10'])]
     """
     if k < 1:
         raise ValueError("k must be at least 1")
-    if len(patients) < k:
-        return []
+    left = dict(patients)
+    out: list[ReleasedGroup] = []
+    while len(left) >= k:
+        found = _partition(left, k)
+        if not found:
+            break
+        out.extend(found)
+        for g in found:
+            for pid in g.members:
+                del left[pid]
+    return sorted(out, key=release_order)
+
+
+def _partition(patients: Mapping[str, tuple[int, PatientFacts]], k: int) -> list[ReleasedGroup]:
+    """One pass of :func:`release_groups`: the groups of at least ``k`` sharing a diagnosis."""
     start: dict[tuple, list[str]] = defaultdict(list)
     for pid in sorted(patients):
         age, facts = patients[pid]
@@ -322,7 +346,11 @@ def release_groups(patients: Mapping[str, tuple[int, PatientFacts]], *, k: int) 
         if not small:
             break
         this = min(small, key=_Class.key)
-        others = [c for c in classes if c is not this]
+        rest = [c for c in classes if c is not this]
+        partners = [c for c in rest if c.dx & this.dx]
+        classes = rest
+        if not partners:
+            continue  # left out: see release_groups
 
         def score(c: _Class) -> tuple:
             # facts lost (patient-diagnosis pairs no longer shared, decades the span widens, a sex generalised),
@@ -332,14 +360,15 @@ def release_groups(patients: Mapping[str, tuple[int, PatientFacts]], *, k: int) 
             widened = (max(c.high, this.high) - min(c.low, this.low)) - max(c.high - c.low, this.high - this.low)
             return (lost + widened // 10 + (c.sexes != this.sexes), len(c.members) >= k, *_Class.key(c))
 
-        best = min(others, key=score)
+        best = min(partners, key=score)
         best.members = sorted(best.members + this.members)
         best.sexes |= this.sexes
         best.low, best.high = min(best.low, this.low), max(best.high, this.high)
         best.dx = best.dx & this.dx
-        classes = others
     groups = []
     for c in classes:
+        if not c.dx:  # k or more patients without any diagnosis: nothing a query could find them by
+            continue
         facts = [patients[pid][1] for pid in c.members]
         dispositions = {f.last_disposition for f in facts}
         groups.append(ReleasedGroup(
@@ -348,7 +377,13 @@ def release_groups(patients: Mapping[str, tuple[int, PatientFacts]], *, k: int) 
             medications=frozenset.intersection(*(f.medications for f in facts)),
             abnormal_labs=frozenset.intersection(*(f.abnormal_labs for f in facts)),
             last_disposition=dispositions.pop() if len(dispositions) == 1 else None))
-    return sorted(groups, key=lambda g: (g.sex or "~", g.age_low, g.age_high, sorted(g.diagnoses), g.members))
+    return groups
+
+
+def release_order(group: ReleasedGroup) -> tuple:
+    """The one order of a release's rows (sex, ages, diagnoses, members). Answers break ties in it, so
+    an answer depends only on the set of rows it selects, not on when or where they were built or read."""
+    return (group.sex or "~", group.age_low, group.age_high, sorted(group.diagnoses), group.members)
 
 
 def widen_to_bands(age_min: Optional[int], age_max: Optional[int]) -> tuple[int, int]:

@@ -14,14 +14,16 @@ from typing import Any, Optional, Sequence
 
 from sqlalchemy import and_, create_engine, func, insert, literal, or_, select
 from sqlalchemy.engine import Engine, make_url
+from sqlalchemy.exc import IntegrityError
 from sqlalchemy.pool import StaticPool
 
 from ..layer import ToolFailure
-from .anonymity import (PatientFacts, ReleasedGroup, release_groups, render_released, select_released,
-                        span_label, widen_to_bands)
+from .anonymity import (PatientFacts, ReleasedGroup, release_groups, release_order, render_released,
+                        select_released, span_label, widen_to_bands)
 from .cohort import generate_cohort, load_profiles
 from .redaction import Redactor
-from .schema import SCHEMA_VERSION, admissions, d_icd_diagnoses, diagnoses, emr_meta, labs, medications, metadata, patients
+from .schema import (SCHEMA_VERSION, admissions, d_icd_diagnoses, diagnoses, emr_meta, labs, medications, metadata,
+                     patients, release_batches, released_groups, released_members)
 
 __all__ = ["EMRDatabase", "default_emr_path"]
 
@@ -66,7 +68,17 @@ class EMRDatabase:
         self.min_cohort_size = min_cohort_size
         self._lock = threading.RLock() if url is None else None
         self._release: Optional[list[ReleasedGroup]] = None
+        self._release_batch = 0  # the latest batch self._release holds
+        self._release_seen: Optional[tuple] = None  # what _release_watch read when self._release was last settled
         self._release_lock = threading.Lock()
+        # built once: it runs before every similar-patient answer, and building the statement would cost
+        # several times what SQLite takes to run it
+        self._release_watch = select(
+            select(func.coalesce(func.max(release_batches.c.batch), 0))
+            .where(release_batches.c.k == min_cohort_size).scalar_subquery(),
+            select(func.count()).select_from(admissions).scalar_subquery(),
+            select(func.max(admissions.c.admission_id)).scalar_subquery(),
+        )
         if url is None:
             # one shared connection, or each thread would see its own empty in-memory database
             self.engine: Engine = create_engine(
@@ -101,7 +113,6 @@ class EMRDatabase:
                  {"key": "seed", "value": str(seed)},
                  {"key": "n_patients", "value": str(len(rows.get("patients", [])))}],
             )
-        self._release = None  # the released table is rebuilt from the new rows
 
     def count_patients(self) -> int:
         with self._locked(), self.engine.connect() as conn:
@@ -132,19 +143,102 @@ class EMRDatabase:
                                titles=self.diagnosis_titles())
 
     def release(self) -> list[ReleasedGroup]:
-        """The released table similar-patient search reads (built once per database, then reused):
-        every patient's sex, age band at their latest admission and facts, partitioned into groups
-        of at least ``min_cohort_size`` (:func:`~.anonymity.release_groups`)."""
-        with self._release_lock:
-            if self._release is None:
-                with self._locked(), self.engine.connect() as conn:
-                    ages = dict(conn.execute(
-                        select(admissions.c.patient_id, func.max(admissions.c.age_at_admit)).group_by(admissions.c.patient_id)
-                    ).all())
-                    facts = self._facts(conn, select(patients.c.patient_id))
-                people = {pid: (int(ages[pid]), f) for pid, f in facts.items() if pid in ages}
-                self._release = release_groups(people, k=self.min_cohort_size)
+        """The released table similar-patient search reads, kept in the database itself.
+
+        A release only grows, by batches: batch 1 partitions every admitted patient into groups of
+        at least k = ``min_cohort_size`` that share a diagnosis (:func:`~.anonymity.release_groups`);
+        a later batch is published only when at least k admitted patients are not covered yet
+        ("pending"), and partitions those pending patients among themselves, never into a published
+        group. Published groups are never changed or removed, and a pending patient who fits no group
+        yet stays pending. So between any two releases every answer either is the same or is computed
+        from a patient set larger by whole new groups of at least k newly covered patients: an answer
+        never moves by fewer than k patients, however few are admitted and however they spread.
+
+        Every call first asks the database, in one cheap query, for its latest batch and its number
+        and highest id of admissions; only when these moved does it count the pending patients (and
+        publish if there are k) or read newly published rows. So processes and replicas on one
+        database serve the same rows, and a restart reads them instead of building new ones. A batch
+        is derived deterministically from the pending patients, and the primary keys of the release
+        tables let only one writer publish a batch (another replica's attempt fails and it reads the
+        winner's rows).
+
+        The rows are a snapshot: a covered patient's later admissions change nothing in the release,
+        and deleting a patient does not remove them from their group.
+        """
+        with self._release_lock, self._locked():
+            seen = self._watch()
+            while seen != self._release_seen:
+                self._release_seen = seen
+                if self._release is None or seen[0] != self._release_batch:
+                    self._release, self._release_batch = self._load_release(seen[0]), seen[0]
+                if self._count_pending() >= self.min_cohort_size and self._publish(seen[0] + 1):
+                    # a batch went in (ours, or a replica's that won the race): read it, then look again at
+                    # what is still pending (each round covers at least k patients, so this ends)
+                    seen = self._watch()
             return self._release
+
+    def _watch(self) -> tuple:
+        """(latest published batch or 0, number of admissions, highest admission id): what moves when
+        patients are admitted or another process publishes."""
+        with self.engine.connect() as conn:
+            return tuple(conn.execute(self._release_watch).one())
+
+    def _pending(self) -> Any:
+        """Admitted patients the release of this k does not cover yet (a WHERE clause on ``patients``)."""
+        covered = select(released_members.c.patient_id).where(released_members.c.k == self.min_cohort_size)
+        return and_(patients.c.patient_id.in_(select(admissions.c.patient_id)), patients.c.patient_id.not_in(covered))
+
+    def _count_pending(self) -> int:
+        with self.engine.connect() as conn:
+            return int(conn.execute(select(func.count()).select_from(patients).where(self._pending())).scalar_one())
+
+    def _publish(self, batch: int) -> bool:
+        """Publish the pending patients' groups as ``batch``; False if they form none (nothing written)."""
+        k = self.min_cohort_size
+        ids = select(patients.c.patient_id).where(self._pending())
+        with self.engine.connect() as conn:
+            ages = dict(conn.execute(
+                select(admissions.c.patient_id, func.max(admissions.c.age_at_admit))
+                .where(admissions.c.patient_id.in_(ids)).group_by(admissions.c.patient_id)
+            ).all())
+            facts = self._facts(conn, ids)
+        groups = release_groups({pid: (int(ages[pid]), f) for pid, f in facts.items() if pid in ages}, k=k)
+        if not groups:
+            return False
+        try:
+            with self.engine.begin() as conn:
+                conn.execute(insert(release_batches), [{"k": k, "batch": batch, "n_patients": sum(g.size for g in groups)}])
+                conn.execute(insert(released_groups), [
+                    {"k": k, "batch": batch, "seq": seq, "sex": g.sex, "age_low": g.age_low, "age_high": g.age_high,
+                     "diagnoses": sorted(g.diagnoses), "medications": sorted(g.medications),
+                     "abnormal_labs": sorted(g.abnormal_labs), "last_disposition": g.last_disposition}
+                    for seq, g in enumerate(groups)])
+                conn.execute(insert(released_members), [
+                    {"k": k, "patient_id": pid, "batch": batch, "seq": seq}
+                    for seq, g in enumerate(groups) for pid in g.members])
+        except IntegrityError:
+            # another process or replica published this batch (or covered one of these patients) first:
+            # nothing of ours was written, and the caller reads what it published
+            pass
+        return True
+
+    def _load_release(self, batch: int) -> list[ReleasedGroup]:
+        """The published groups of batches 1..``batch`` (later ones, committed meanwhile, wait for the next call)."""
+        k = self.min_cohort_size
+        with self.engine.connect() as conn:
+            rows = conn.execute(select(released_groups).where(released_groups.c.k == k, released_groups.c.batch <= batch)
+                                ).mappings().all()
+            members: dict[tuple[int, int], list[str]] = {}
+            for b, seq, pid in conn.execute(
+                select(released_members.c.batch, released_members.c.seq, released_members.c.patient_id)
+                .where(released_members.c.k == k, released_members.c.batch <= batch)
+            ):
+                members.setdefault((b, seq), []).append(pid)
+        return sorted((ReleasedGroup(
+            members=tuple(sorted(members[(r["batch"], r["seq"])])), sex=r["sex"], age_low=r["age_low"],
+            age_high=r["age_high"], diagnoses=frozenset(r["diagnoses"]), medications=frozenset(r["medications"]),
+            abnormal_labs=frozenset(r["abnormal_labs"]), last_disposition=r["last_disposition"]) for r in rows),
+            key=release_order)
 
     def _matchers(self, codes: Sequence[str], condition: Optional[str]) -> tuple[list[Any], list[str]]:
         """One test on a diagnosis code per query criterion, and how each is named in the answer."""

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from sqlalchemy import Column, Date, DateTime, Float, ForeignKey, Index, Integer, MetaData, String, Table, Text
+from sqlalchemy import (JSON, Column, Date, DateTime, Float, ForeignKey, ForeignKeyConstraint, Index, Integer, MetaData,
+                        String, Table, Text)
 
 __all__ = [
     "SCHEMA_VERSION",
@@ -14,6 +15,9 @@ __all__ = [
     "medications",
     "labs",
     "emr_meta",
+    "release_batches",
+    "released_groups",
+    "released_members",
 ]
 
 #: Part of the cached database file name: a schema change builds a new file instead of reading an old one.
@@ -97,4 +101,50 @@ emr_meta = Table(
     metadata,
     Column("key", String(64), primary_key=True),
     Column("value", String(256), nullable=False),
+)
+
+# ---- the released table of similar-patient search (tools/emr/anonymity.py), persisted so that every process
+# and replica on this database serves the same rows and a release only ever grows by whole new groups.
+# Each k (min_cohort_size) has a release of its own.
+
+#: One row per published batch: batch 1 is the first release, each later one adds groups of patients
+#: admitted since.
+release_batches = Table(
+    "emr_release_batches",
+    metadata,
+    Column("k", Integer, primary_key=True),
+    Column("batch", Integer, primary_key=True),
+    Column("n_patients", Integer, nullable=False),
+)
+
+#: One row per released group: what all its members share (the lists are sorted, so equal groups store
+#: equal rows). ``seq`` numbers the groups of a batch.
+released_groups = Table(
+    "emr_released_groups",
+    metadata,
+    Column("k", Integer, primary_key=True),
+    Column("batch", Integer, primary_key=True),
+    Column("seq", Integer, primary_key=True),
+    Column("sex", String(1), nullable=True),  # NULL: the group mixes sexes
+    Column("age_low", Integer, nullable=False),
+    Column("age_high", Integer, nullable=False),
+    Column("diagnoses", JSON, nullable=False),
+    Column("medications", JSON, nullable=False),
+    Column("abnormal_labs", JSON, nullable=False),
+    Column("last_disposition", String(64), nullable=True),  # NULL: it varies within the group
+    ForeignKeyConstraint(["k", "batch"], ["emr_release_batches.k", "emr_release_batches.batch"]),
+)
+
+#: The patients the release covers, each in exactly one group (the primary key makes "at most one" a
+#: constraint, so two replicas publishing at once cannot both cover a patient). No foreign key to
+#: ``patients``: a released group is a published snapshot and stays as it was.
+released_members = Table(
+    "emr_released_members",
+    metadata,
+    Column("k", Integer, primary_key=True),
+    Column("patient_id", String(16), primary_key=True),
+    Column("batch", Integer, nullable=False),
+    Column("seq", Integer, nullable=False),
+    ForeignKeyConstraint(["k", "batch", "seq"],
+                         ["emr_released_groups.k", "emr_released_groups.batch", "emr_released_groups.seq"]),
 )

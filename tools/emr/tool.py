@@ -91,13 +91,14 @@ def emr_tool(
                      secrets=options.secrets + db.secrets, holds_records=True)
 
 
-def _build_sqlite_file(path: Path, n_patients: int, seed: int) -> None:
+def _build_sqlite_file(path: Path, n_patients: int, seed: int, min_cohort_size: int) -> None:
     """Create the database beside ``path`` and rename it in place, so no reader sees a half-built file."""
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=path.name + ".", suffix=".tmp", dir=path.parent)
     os.close(fd)
     try:
-        db = EMRDatabase(f"sqlite:///{tmp}", n_patients=n_patients, seed=seed)
+        db = EMRDatabase(f"sqlite:///{tmp}", n_patients=n_patients, seed=seed, min_cohort_size=min_cohort_size)
+        db.release()  # the file appears with its first release in it: its first readers do not race to publish one
         db.engine.dispose()
         os.replace(tmp, path)
     finally:
@@ -113,7 +114,7 @@ def _open_database(url: Optional[str], *, in_memory: bool, n_patients: int, seed
         return EMRDatabase(None, n_patients=n_patients, seed=seed, min_cohort_size=min_cohort_size)
     path = default_emr_path(seed, n_patients)
     if not path.exists():
-        _build_sqlite_file(path, n_patients, seed)
+        _build_sqlite_file(path, n_patients, seed, min_cohort_size)
     return EMRDatabase(f"sqlite:///{path}", populate=False, min_cohort_size=min_cohort_size)
 
 
