@@ -11,7 +11,7 @@ MODULES = ["methods.tcrag.transitions", "core.answer_format", "core.result", "me
            "methods.adaptive", "methods.fl_rag", "methods.fs_rag", "methods.flare", "methods.dragin", "methods.self_rag",
            "testing",
            "eval.calibration", "eval.significance", "eval.runner", "eval.summary", "monitor.from_spec", "models.credentials", "models.catalogue", "agent.spec", "monitor.consistency", "monitor.own_model", "monitor.risk",
-           "faces.agent_tool"]
+           "faces.agent_tool", "models.run_control", "faces.serve_guard", "faces.serve_gate"]
 
 
 @pytest.mark.parametrize("name", MODULES)

@@ -24,7 +24,10 @@ run glue they share, so each rule has one home:
 * :meth:`RunKernel.record` - a trace event, emitted live (:func:`~.events.emit`);
 * :meth:`RunKernel.halt` - the end of a run: the same result fields and the same final message
   metadata (:class:`~.result.RunResult`) for every method;
-* :meth:`RunKernel.node` - a node wrapper that turns a :class:`RunFailure` into that halt;
+* :meth:`RunKernel.node` - a node wrapper that turns a :class:`RunFailure` into that halt, and where a
+  run answers to its :class:`~tcrag_langgraph.models.run_control.RunControl` (cancelled: it raises
+  ``RunCancelled`` before the node; paused: it waits there), as :meth:`RunKernel.ask` does before
+  every model call;
 * :meth:`RunKernel.build` - the graph of a declared method (see above).
 """
 
@@ -45,6 +48,7 @@ from langgraph.runtime import Runtime, get_runtime
 from langgraph.types import Command, interrupt
 
 from ..models.local import cut_at_stop, takes_generation_settings
+from ..models.run_control import current_run, run_checkpoint
 from ..monitor.combination import COMBINED_VALUE, Combination
 from ..monitor.generation import TOP_LOGPROBS, generation_values, reply_tokens, returns_logprobs
 from ..monitor.risk import confidence_at
@@ -317,6 +321,7 @@ class RunKernel:
         if logprobs:
             kwargs.update(logprobs=True, top_logprobs=TOP_LOGPROBS)
         usage = dict(work.get("token_usage") or {"prompt": 0, "completion": 0})
+        run_checkpoint()  # a cancelled run stops before its next model call, a paused one waits here
         try:
             try:
                 reply = self.model.invoke(messages, config=child_config(config), **kwargs,
@@ -534,6 +539,17 @@ class RunKernel:
         wants_runtime, wants_work = "runtime" in params, "work" in params
 
         def run(state: Any, config: RunnableConfig, runtime: Runtime) -> Command:
+            control = current_run()
+            if control is None:
+                return attempt(state, config, runtime)
+            # a cancelled run (models.run_control: its client went away) stops before its next step, a
+            # paused one (its client stopped reading) waits here; the control counts the threads still in
+            # a node, so a server frees the run's place only once they have left
+            with control.working():
+                control.checkpoint()
+                return attempt(state, config, runtime)
+
+        def attempt(state: Any, config: RunnableConfig, runtime: Runtime) -> Command:
             work: dict[str, Any] = {}
             args: list[Any] = [state, config] + ([runtime] if wants_runtime else []) + ([work] if wants_work else [])
             reads = {"records": list(state.get("records_read") or []), "new": [], "question": state.get("question") or ""}

@@ -34,6 +34,10 @@ Security (see docs/security.md):
   options a request sets are bounded by the operator's :class:`~tcrag_langgraph.faces.serve_guard.ServeCaps`
   (``tcrag serve --cap-...``; over a cap: 422); every run gets a ``recursion_limit`` above the longest
   run a valid config allows, so it ends by the graph's own halt.
+* **Load** (:mod:`tcrag_langgraph.faces.serve_gate`, under the operator's
+  :class:`~tcrag_langgraph.faces.serve_guard.RunLimits`): a bounded first-come first-served queue
+  before the runs (beyond it, or after its longest wait: 503 with ``Retry-After``); a run whose
+  client disconnects is cancelled; one whose client stops reading pauses, then is cancelled.
 * **Threads** belong to the principal that created them: the stored thread id is the client's id
   namespaced by the principal, so no client reads or posts into another principal's thread.
 * **Bounded memory**: without a durable checkpointer, threads live in a
@@ -80,7 +84,8 @@ from starlette.middleware.trustedhost import TrustedHostMiddleware
 from ..core.config import TCRAGConfig, request_option_fields
 from .auth import AUTH_USER_KEY, UserDirectory, UserRecord, token_from_headers
 from .integration import as_chat_runnable, checkpoint_serde
-from .serve_guard import ServeCaps, caps_problem, input_problem, recursion_limit_for
+from .serve_gate import RunGate, RunQueue, send_refusal
+from .serve_guard import RunLimits, ServeCaps, caps_problem, input_problem, recursion_limit_for
 
 __all__ = ["create_app", "per_request_config", "REQUEST_OPTIONS", "BoundedMemorySaver",
            "RequestGuard", "scoped_thread_id", "check_exposure", "is_loopback", "LOOPBACK_HOSTS"]
@@ -203,8 +208,9 @@ class RequestGuard:
         if self.users is not None and scope["path"] not in self.open_paths:
             user = self.users.authenticate(token_from_headers(headers))
             if user is None:
-                await _refuse(send, 401, "missing or invalid token (Authorization: Bearer <token> or X-API-Key)",
-                              [(b"www-authenticate", b"Bearer")])
+                await send_refusal(send, 401,
+                                   "missing or invalid token (Authorization: Bearer <token> or X-API-Key)",
+                                   [(b"www-authenticate", b"Bearer")])
                 return
         state[_STATE_USER] = user
         if scope["method"] not in ("POST", "PUT", "PATCH"):
@@ -212,11 +218,11 @@ class RequestGuard:
             return
         media_type = headers.get("content-type", "").split(";")[0].strip().lower()
         if media_type != "application/json":
-            await _refuse(send, 415, "request bodies must be application/json")
+            await send_refusal(send, 415, "request bodies must be application/json")
             return
         declared = headers.get("content-length", "")
         if declared.isdigit() and int(declared) > self.max_body_bytes:
-            await _refuse(send, 413, f"request body over {self.max_body_bytes} bytes")
+            await send_refusal(send, 413, f"request body over {self.max_body_bytes} bytes")
             return
         chunks: list[bytes] = []
         size = 0
@@ -227,7 +233,7 @@ class RequestGuard:
             chunk = message.get("body", b"")
             size += len(chunk)
             if size > self.max_body_bytes:
-                await _refuse(send, 413, f"request body over {self.max_body_bytes} bytes")
+                await send_refusal(send, 413, f"request body over {self.max_body_bytes} bytes")
                 return
             chunks.append(chunk)
             if not message.get("more_body", False):
@@ -236,16 +242,16 @@ class RequestGuard:
         try:
             parsed = json.loads(body)
         except RecursionError:
-            await _refuse(send, 422, f"JSON nested deeper than {self.max_json_depth} levels")
+            await send_refusal(send, 422, f"JSON nested deeper than {self.max_json_depth} levels")
             return
         except ValueError:  # includes UnicodeDecodeError
-            await _refuse(send, 400, "request body is not valid JSON")
+            await send_refusal(send, 400, "request body is not valid JSON")
             return
         problem = _json_problem(parsed, max_depth=self.max_json_depth) or (
             input_problem(scope["path"].rstrip("/").rsplit("/", 1)[-1], parsed, self.caps)
             if scope["path"].startswith(_RUN_PREFIX) else None)
         if problem:
-            await _refuse(send, 422, problem)
+            await send_refusal(send, 422, problem)
             return
         state[_STATE_BODY] = parsed
         replayed = False
@@ -258,14 +264,6 @@ class RequestGuard:
             return await receive()
 
         await self.app(scope, replay, send)
-
-
-async def _refuse(send: Any, status: int, detail: str, extra_headers: Sequence[tuple[bytes, bytes]] = ()) -> None:
-    payload = json.dumps({"detail": detail}).encode("utf-8")
-    await send({"type": "http.response.start", "status": status,
-                "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(payload)).encode()),
-                            *extra_headers]})
-    await send({"type": "http.response.body", "body": payload})
 
 
 def _client_configurable(request: Request) -> dict[str, Any]:
@@ -355,6 +353,7 @@ def create_app(
     max_json_depth: int = 32,
     max_threads: int = 1000,
     caps: Optional[ServeCaps] = None,
+    limits: Optional[RunLimits] = None,
 ) -> FastAPI:
     """The FastAPI app serving the agent through LangServe.
 
@@ -376,6 +375,10 @@ def create_app(
         max_threads: threads kept by the in-memory checkpointer.
         caps: the operator's caps on options a request may set (:class:`~tcrag_langgraph.faces.serve_guard.ServeCaps`;
             default ``ServeCaps()``); a request over one is a 422.
+        limits: the operator's bounds on load (:class:`~tcrag_langgraph.faces.serve_guard.RunLimits`; default
+            ``RunLimits()``): runs at once, the queue before them and its longest wait (beyond: 503 with
+            ``Retry-After``), how long a run waits for a client that stopped reading
+            (:mod:`~tcrag_langgraph.faces.serve_gate`).
     """
     from langserve import add_routes
 
@@ -416,6 +419,9 @@ def create_app(
     if caps is not None and not isinstance(caps, ServeCaps):
         raise TypeError(f"caps must be a ServeCaps, got {type(caps).__name__}")
     app.state.tcrag_caps = caps or ServeCaps()
+    if limits is not None and not isinstance(limits, RunLimits):
+        raise TypeError(f"limits must be a RunLimits, got {type(limits).__name__}")
+    queue = app.state.tcrag_queue = RunQueue(limits or RunLimits())
     # the served method's node holder, which checks a request's options before its run starts
     app.state.tcrag_kernel = getattr(graph, "tcrag_kernel", None) or getattr(getattr(graph, "bound", None),
                                                                              "tcrag_kernel", None)
@@ -447,9 +453,14 @@ def create_app(
 
     @app.get("/healthz")
     async def healthz() -> dict[str, Any]:
-        return {"ok": True, "graph": graph.get_name(), "nodes": [n for n in graph.nodes if not n.startswith("__")]}
+        return {"ok": True, "graph": graph.get_name(), "nodes": [n for n in graph.nodes if not n.startswith("__")],
+                "runs": queue.snapshot()}
 
-    # Starlette runs the last added middleware first: Host check, then the guard, then the routes.
+    # Starlette runs the last added middleware first: Host check, then the guard, then the run gate
+    # (so a request refused for its token, shape or size never takes a place in the queue), then the routes.
+    # A cancelled run's place is held until its threads leave: a tool call ends by its deadline.
+    app.add_middleware(RunGate, queue=queue, prefix=_RUN_PREFIX,
+                       release_after_s=app.state.tcrag_caps.tool_timeout_s + 60)
     app.add_middleware(RequestGuard, users=users, max_body_bytes=max_body_bytes, max_json_depth=max_json_depth,
                        caps=app.state.tcrag_caps)
     app.add_middleware(TrustedHostMiddleware, allowed_hosts=hosts)

@@ -10,7 +10,7 @@ import inspect
 from typing import Any, Optional
 
 from ..agent.flags import FACE_FLAGS, face_spec
-from .serve_guard import ServeCaps
+from .serve_guard import RunLimits, ServeCaps
 
 __all__ = ["register"]
 
@@ -49,7 +49,6 @@ def register(app: Any) -> None:
     ) -> None:
         """Serve the agent over HTTP (LangServe): /tcrag/invoke, /stream, /stream_events, /playground/."""
         import uvicorn
-        from pydantic import ValidationError
 
         from .auth import UserDirectory
         from .serve import LOOPBACK_HOSTS, check_exposure, create_app, is_loopback
@@ -61,12 +60,8 @@ def register(app: Any) -> None:
                 warning = check_exposure(host, authenticated=users is not None)
             except ValueError as exc:
                 raise UserError("Invalid option", str(exc)) from None
-            try:
-                caps = ServeCaps(**{name: options[f"cap_{name}"] for name in ServeCaps.model_fields})
-            except ValidationError as exc:
-                first = exc.errors()[0]
-                flag = "--cap-" + str(first["loc"][0]).replace("_", "-")
-                raise UserError("Invalid option", f"{flag}: {first['msg']}", flag=flag) from None
+            caps = _server_settings(ServeCaps, "cap_", options, UserError)
+            limits = _server_settings(RunLimits, "", options, UserError)
             spec = face_spec(options)  # named as AgentSpec's fields (agent.flags.FACE_FLAGS)
             graph = spec.build()
         except UserError as exc:
@@ -78,7 +73,7 @@ def register(app: Any) -> None:
             hosts.append(host)
         application = create_app(graph=graph, tools=options["tools"], checkpoint_db=checkpoint_db, users=users,
                                  allowed_hosts=hosts, max_body_bytes=max_body_bytes, max_threads=max_threads,
-                                 caps=caps)
+                                 caps=caps, limits=limits)
         typer.echo(f"TC-RAG serving on http://{host}:{port}/tcrag (playground: /tcrag/playground/) "
                    f"method={options['method']}"
                    + (f" [authentication: {len(users.users)} users]" if users else " [no authentication]")
@@ -86,10 +81,28 @@ def register(app: Any) -> None:
         uvicorn.run(application, host=host, port=port, log_level=log_level)
 
     signature = FACE_FLAGS.signature(serve)
-    # the operator's caps, one --cap-NAME flag per ServeCaps field (its bounds and help live on the field)
-    caps = [inspect.Parameter(f"cap_{name}", inspect.Parameter.KEYWORD_ONLY, annotation=field.annotation,
-                              default=typer.Option(field.default, f"--cap-{name.replace('_', '-')}",
-                                                   help=field.description, rich_help_panel=server_panel))
-            for name, field in ServeCaps.model_fields.items()]
-    serve.__signature__ = signature.replace(parameters=[*signature.parameters.values(), *caps])  # type: ignore
+    # the operator's caps (one --cap-NAME flag per ServeCaps field) and load limits (one --NAME flag per
+    # RunLimits field); each flag's bounds and help live on its field
+    settings = [inspect.Parameter(prefix + name, inspect.Parameter.KEYWORD_ONLY, annotation=field.annotation,
+                                  default=typer.Option(field.default, _flag(prefix, name), help=field.description,
+                                                       rich_help_panel=server_panel))
+                for model, prefix in ((ServeCaps, "cap_"), (RunLimits, ""))
+                for name, field in model.model_fields.items()]
+    serve.__signature__ = signature.replace(parameters=[*signature.parameters.values(), *settings])  # type: ignore
     app.command()(serve)
+
+
+def _flag(prefix: str, name: str) -> str:
+    return "--" + (prefix + name).replace("_", "-")
+
+
+def _server_settings(model: Any, prefix: str, options: dict[str, Any], error: Any) -> Any:
+    """``model`` (ServeCaps, RunLimits) from its flags; a value out of bounds is a UserError naming the flag."""
+    from pydantic import ValidationError
+
+    try:
+        return model(**{name: options[prefix + name] for name in model.model_fields})
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        flag = _flag(prefix, str(first["loc"][0]))
+        raise error("Invalid option", f"{flag}: {first['msg']}", flag=flag) from None

@@ -11,6 +11,10 @@
   ``tool_timeout_s``, ``max_observation_tokens``, the size of ``answer_format``) and on the inputs of
   one ``/batch``. They come from the server's configuration (``create_app(caps=...)``,
   ``tcrag serve --cap-...``), never from a request; a request over a cap is a 422 naming the cap.
+* :class:`RunLimits`: the operator's bounds on load: runs at once, the queue before them (first come
+  first served), the longest wait in it (beyond either: 503 with ``Retry-After``), and how long a run
+  waits for a client that stopped reading its response (``tcrag serve --max-concurrent-runs ...``;
+  enforced by :class:`~tcrag_langgraph.faces.serve_gate.RunGate`).
 * :func:`recursion_limit_for`: the LangGraph ``recursion_limit`` a served run gets. LangServe runs
   every request with LangChain's default of 25 super-steps, which a run of 12 actions (the default
   ``max_steps``) already exceeds; the limit given here is above the longest run any valid
@@ -24,7 +28,7 @@ from typing import Any, Optional
 
 from pydantic import BaseModel, ConfigDict, Field
 
-__all__ = ["ServeCaps", "input_problem", "caps_problem", "recursion_limit_for", "MESSAGE_TYPES", "RUN_PATHS"]
+__all__ = ["ServeCaps", "RunLimits", "input_problem", "caps_problem", "recursion_limit_for", "MESSAGE_TYPES", "RUN_PATHS"]
 
 #: Message ``type`` values LangChain's message union accepts.
 MESSAGE_TYPES = frozenset({"human", "ai", "system", "tool", "function", "chat", "AIMessageChunk",
@@ -59,6 +63,34 @@ class ServeCaps(BaseModel):
     max_observation_tokens: int = Field(default=4096, ge=16, le=100_000,
                                         description="Largest max_observation_tokens a request may ask for.")
     batch_inputs: int = Field(default=8, ge=1, le=1000, description="Most inputs one /batch request may hold.")
+
+
+class RunLimits(BaseModel):
+    """The operator's bounds on load (server configuration; one ``tcrag serve --NAME`` flag per field).
+
+    A request to a run route (``/invoke``, ``/batch``, ``/stream``, ``/stream_log``, ``/stream_events``)
+    runs when fewer than ``max_concurrent_runs`` runs are going (a ``/batch`` is one run: its inputs
+    share the model anyway); else it waits in a queue, first come first served. A request that finds
+    ``max_queue`` requests waiting, or that waited ``max_queue_wait_s``, gets 503 with ``Retry-After``.
+
+    Example:
+        >>> RunLimits().max_concurrent_runs, RunLimits().max_queue
+        (1, 8)
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    max_concurrent_runs: int = Field(
+        default=1, ge=1, le=256, description="Runs at once (a /batch is one run). 1 suits a local model, which "
+        "decodes one reply at a time anyway; more suits a served model.")
+    max_queue: int = Field(default=8, ge=0, le=10_000,
+                           description="Requests that may wait for a run, first come first served; one more gets "
+                           "503 with Retry-After.")
+    max_queue_wait_s: float = Field(default=120.0, gt=0, le=86_400,
+                                    description="Longest wait in the queue (seconds); then 503 with Retry-After.")
+    stream_stall_s: float = Field(
+        default=30.0, gt=0, le=3_600, description="How long a run waits for a client that stopped reading its "
+        "response (seconds); then the run is cancelled and the connection closed.")
 
 
 def caps_problem(options: dict[str, Any], caps: ServeCaps) -> Optional[str]:

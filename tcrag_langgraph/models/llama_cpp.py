@@ -51,6 +51,7 @@ from .llama_cpp_model import ArchitectureUnsupported, LlamaCppModel, load_llama_
 from .llama_cpp_native import logits_row, require_gpu_offload
 from .llama_cpp_states import PrefixFiles, reusable_prefix
 from .local import LocalChatModel
+from .run_control import RunCancelled, RunControl, current_run, hold_model
 from .speculative import SpeculativeStats, speculative_greedy
 from .weights import LocalModelError, cache_dir
 
@@ -244,7 +245,7 @@ class LlamaCppChatModel(LocalChatModel):
         pieces = []
         usage: dict[str, Any] = {}
         tokens: Optional[list[dict[str, Any]]] = [] if kwargs.get("logprobs") else None
-        for piece, done in self._pieces(messages, stop=stop, logprob_tokens=tokens, **kwargs):
+        for piece, done in self._pieces(messages, stop=stop, logprob_tokens=tokens, run=current_run(), **kwargs):
             if done is not None:
                 usage = done
             else:
@@ -285,10 +286,11 @@ class LlamaCppChatModel(LocalChatModel):
         taken and released in that one thread, whatever thread or event loop reads the stream."""
         handed: queue.SimpleQueue = queue.SimpleQueue()
         cancel = threading.Event()
+        run = current_run()  # read here: the worker thread does not inherit the caller's context
 
         def work() -> None:
             try:
-                for item in self._pieces(messages, stop=stop, cancel=cancel, **kwargs):
+                for item in self._pieces(messages, stop=stop, cancel=cancel, run=run, **kwargs):
                     handed.put((True, item))
             except BaseException as exc:  # re-raised in the consumer's thread
                 handed.put((False, exc))
@@ -309,14 +311,18 @@ class LlamaCppChatModel(LocalChatModel):
 
     def _pieces(self, messages: list[BaseMessage], *, stop: Optional[list[str]],
                 logprob_tokens: Optional[list[dict[str, Any]]] = None, cancel: Optional[threading.Event] = None,
-                **kwargs: Any):
+                run: Optional[RunControl] = None, **kwargs: Any):
         """Yield ``(text, None)`` pieces of the reply as they are decoded, then ``("", usage)``.
 
         The pieces join to exactly what ``invoke`` returns: the reply cut at the first stop sequence
         and stripped (text that may still become a stop sequence, and trailing whitespace, are held
         back until they cannot). ``logprob_tokens``, when a list, receives each generated token up to
         the stop (OpenAI's shape: ``token``, ``logprob``, ``top_logprobs``), the log-probs of the
-        model's own distribution (before temperature) from the logits that chose it."""
+        model's own distribution (before temperature) from the logits that chose it.
+
+        ``cancel`` (the consumer closed the stream) ends the reply at the next token; a cancelled ``run``
+        (:class:`~.run_control.RunControl`) ends it there too and raises :class:`~.run_control.RunCancelled`:
+        either way the model is released within a token."""
         lm = self._llama
         stops = [s for s in (stop or self.stop or []) if s]
         max_new = int(kwargs.get("max_new_tokens", self.max_new_tokens))
@@ -330,7 +336,7 @@ class LlamaCppChatModel(LocalChatModel):
                 "(LlamaCppChatModel(n_ctx=...) sets it, up to the model's training context)")
         emitted = ""
         new_ids: list[int] = []
-        with lm.lock:
+        with hold_model(lm.lock, timeout_s=self.busy_timeout_s, name=lm.name):
             llm = lm.llm
             if self.seed is not None:
                 llm.set_seed(self.seed + self._calls)
@@ -362,6 +368,8 @@ class LlamaCppChatModel(LocalChatModel):
                       else self._plain_tokens(prompt, temperature))
             try:
                 for token in tokens:
+                    if run is not None and run.cancelled:
+                        raise RunCancelled(run.reason or "the run was cancelled")
                     if lm.is_eog(token) or (cancel is not None and cancel.is_set()):
                         break
                     logits = logits_row(llm._ctx, -1, lm.n_vocab) if logprob_tokens is not None else None

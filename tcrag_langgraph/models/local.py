@@ -20,6 +20,7 @@ from pydantic import ConfigDict, Field, PrivateAttr, field_validator
 
 from ..tools.layer.outcome import content_text
 from .kv_cache import CacheStats, PromptKVPool, cache_keyword
+from .run_control import RunCancelled, current_run, hold_model
 from .weights import LocalModel, device_syntax, load_local_model, validate_device, validate_dtype
 
 __all__ = ["LocalChatModel", "chat_model_id", "takes_generation_settings", "cut_at_stop", "chat_turns",
@@ -59,6 +60,9 @@ class LocalChatModel(BaseChatModel):
         "(stack-aligned cache: a push prefills only the new frame, a pop crops back to the frame boundary).",
     )
     kv_cache_slots: int = Field(default=4, ge=1, description="Caches kept at once (one per concurrent conversation)")
+    busy_timeout_s: Optional[float] = Field(
+        default=None, gt=0, description="Longest wait for the model while another call holds it; then the call "
+        "raises ModelBusy naming the wait (None: wait as long as it takes)")
 
     _lm: Optional[LocalModel] = PrivateAttr(default=None)
     _calls: int = PrivateAttr(default=0)
@@ -177,9 +181,14 @@ class LocalChatModel(BaseChatModel):
             gen_kwargs.update(do_sample=True, temperature=temperature, top_p=self.top_p)
         else:
             gen_kwargs.update(do_sample=False, temperature=None, top_p=None, top_k=None)
-        if stops:
-            gen_kwargs["stopping_criteria"] = _generated_text_stops(lm.tokenizer, stops, int(input_ids.shape[1]))
-        with lm.lock, torch.no_grad():
+        run = current_run()
+        criteria = ([*_generated_text_stops(lm.tokenizer, stops, int(input_ids.shape[1]))] if stops else []) + (
+            [_cancelled_stops(run)] if run is not None else [])
+        if criteria:
+            from transformers import StoppingCriteriaList
+
+            gen_kwargs["stopping_criteria"] = StoppingCriteriaList(criteria)
+        with hold_model(lm.lock, timeout_s=self.busy_timeout_s, name=lm.name), torch.no_grad():
             if self.seed is not None:
                 # A different but reproducible seed per call, so a re-prompt is not a replay.
                 torch.manual_seed(self.seed + self._calls)
@@ -197,6 +206,8 @@ class LocalChatModel(BaseChatModel):
             finally:
                 if lease is not None:
                     self.kv_pool.release(lease, held)
+        if run is not None and run.cancelled:  # stopped early by the criterion below: no reply to hand on
+            raise RunCancelled(run.reason or "the run was cancelled")
         new_ids = out[0, input_ids.shape[1]:]
         text = lm.tokenizer.decode(new_ids, skip_special_tokens=True)
         text = cut_at_stop(text, stops)
@@ -234,6 +245,20 @@ def _generated_text_stops(tokenizer: Any, stops: list[str], prompt_len: int):
             return torch.tensor(done, dtype=torch.bool, device=input_ids.device)
 
     return StoppingCriteriaList([_Stops()])
+
+
+def _cancelled_stops(run: Any):
+    """A stopping criterion that ends generation at the next token once ``run`` (a
+    :class:`~.run_control.RunControl`) is cancelled: a cancelled run leaves the model within a token."""
+    from transformers import StoppingCriteria
+
+    class _Cancelled(StoppingCriteria):
+        def __call__(self, input_ids, scores, **kwargs):  # noqa: ANN001 - transformers' signature
+            import torch
+
+            return torch.full((input_ids.shape[0],), run.cancelled, dtype=torch.bool, device=input_ids.device)
+
+    return _Cancelled()
 
 
 def cut_at_stop(text: str, stops: Sequence[str]) -> str:
