@@ -73,7 +73,7 @@ def register(app: typer.Typer) -> None:
         from ..monitor.state_values import GENERATION_VALUES, SAMPLED_VALUES, measure, scorer_score
         from ..monitor.combination import COMBINED_VALUE
         from ..monitor.risk import risk_threshold
-        from .calibration import auroc_interval, calibrate, confidence_fit
+        from .calibration import auroc_bootstrap_interval, auroc_interval, calibrate, confidence_fit
         from .datasets import answer_format_for, format_question, sample_records, task_name
         from .runner import SettingsMismatch, run_evaluation
 
@@ -234,7 +234,9 @@ def register(app: typer.Typer) -> None:
                 f"decision accuracy {p.decision_accuracy:.2f}  accept rate {p.accept_rate:.2f}"
             )
             low, high = auroc_interval(result.auroc, result.n_correct, result.n_wrong)
-            typer.echo(f"AUROC 95% interval: {low:.3f} - {high:.3f} ({result.n_correct} correct, {result.n_wrong} wrong)")
+            boot = auroc_bootstrap_interval(values, labels, seed=seed)
+            typer.echo(f"AUROC 95% interval: {low:.3f} - {high:.3f} (Hanley-McNeil), {boot[0]:.3f} - {boot[1]:.3f} "
+                       f"(bootstrap) ({result.n_correct} correct, {result.n_wrong} wrong)")
             supported = not (low <= 0.5 or (rule == "youden" and p.objective <= 0))
             table.append((one, result, low, high, supported))
             # validation with a stated risk (TCRAGConfig(risk=...)) reads these answers back; the levels
@@ -266,7 +268,8 @@ def register(app: typer.Typer) -> None:
                         details={"rule": rule, "method": names[0], "tpr": p.tpr, "fpr": p.fpr,
                                  "n_correct": result.n_correct, "n_wrong": result.n_wrong,
                                  "n_missing": result.n_missing, "limit": limit, "seed": seed, "supported": supported,
-                                 "auroc_interval": [low, high], "pairs": pairs, "risk_levels": levels,
+                                 "auroc_interval": [low, high],
+                                 "auroc_bootstrap_interval": list(boot), "pairs": pairs, "risk_levels": levels,
                                  "confidence": fit,
                                  **({"combination": combination.to_dict()} if one == COMBINED_VALUE else {})},
                     )

@@ -419,3 +419,26 @@ def test_calibrate_reads_the_generation_values_off_the_runs_replies(app, tmp_pat
                                                    .splitlines())}
         assert {i: v for i, v in values.items() if v is not None} == {
             i: g[metric] for i, g in recorded.items() if metric in g}
+
+
+def test_the_bootstrap_interval_holds_the_auroc_and_narrows_with_more_answers():
+    import random
+
+    from tcrag_langgraph.eval.calibration import auroc_bootstrap_interval, state_value_auroc
+
+    rng = random.Random(0)
+
+    def sample(n):
+        correct = [rng.random() < 0.5 for _ in range(n)]
+        return [rng.gauss(0.0 if c else 0.8, 1.0) for c in correct], correct
+
+    small, large = sample(60), sample(600)
+    widths = []
+    for values, correct in (small, large):
+        low, high = auroc_bootstrap_interval(values, correct, seed=1)
+        assert low < state_value_auroc(values, correct) < high
+        assert auroc_bootstrap_interval(values, correct, seed=1) == (low, high)  # seeded
+        widths.append(high - low)
+    assert widths[1] < widths[0] / 2
+    with pytest.raises(ValueError, match="both correct and wrong"):
+        auroc_bootstrap_interval([0.1, 0.2], [True, True])
