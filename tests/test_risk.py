@@ -120,6 +120,17 @@ def test_risk_without_a_calibration_is_refused_when_the_graph_is_built(tmp_path,
     assert out["confidence"] is None  # no calibration: no confidence, never a made-up one
 
 
+def test_risk_asks_nothing_of_a_method_without_the_monitor(tmp_path, monkeypatch):
+    # one risk for every row of an evaluation: ReAct and the ablation without the monitor judge nothing
+    from tcrag_langgraph import build_agent
+
+    monkeypatch.setenv("TCRAG_CACHE_DIR", str(tmp_path / "empty"))
+    for method in ("react", "wo-monitor"):
+        out = build_agent(method, model=named_yes_model(), scorer=ScriptedScorer({}, default=1.0),
+                          config=TCRAGConfig(risk=0.2, max_steps=1)).invoke({"question": Q})
+        assert out["halt_reason"] == "conclusion_unmonitored" and out["answer"] == "yes", out.get("error")
+
+
 def test_calibrate_stores_the_answers_the_confidence_fit_and_the_risk_levels(tmp_path, monkeypatch):
     from tcrag_langgraph.faces.cli import app
     from tcrag_langgraph.monitor.calibration import load_calibration

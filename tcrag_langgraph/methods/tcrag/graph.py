@@ -112,10 +112,10 @@ class TCRAG(RunKernel):
     def sigma(self, cfg: TCRAGConfig) -> float:
         """sigma as a number: the given one or the paper's; ``"auto"`` this generator's stored
         calibration (tcrag calibrate); with ``risk``, the threshold its stored answers certify."""
-        if cfg.risk is not None:  # certified once when the graph was built (a run cannot change risk)
-            if self.certified_sigma is not None:
+        if cfg.risk is not None and cfg.enable_state_monitor:  # a run without the monitor judges nothing
+            if self.certified_sigma is not None:  # certified once when the graph was built (a run cannot change risk)
                 return self.certified_sigma
-            return risk_sigma(cfg, chat_model_id(self.model))[0]  # built with the monitor off
+            return risk_sigma(cfg, chat_model_id(self.model))[0]  # built with the monitor off, a run turns it on
         if cfg.sigma != "auto":
             return cfg.effective_sigma
         return resolve_sigma(cfg, chat_model_id(self.model))
