@@ -11,6 +11,9 @@ the real agent or its model.
   (``mode="sequence"``).
 * :class:`RecordingChatModel` / :func:`recording_model`: replies in call order and records every
   prompt (unit tests that assert on what the model was shown).
+* :class:`ToolCallingChatModel` / :func:`tool_calling_model` / :func:`tool_call_reply`: the same for a
+  model that calls tools natively (``bind_tools``, replies with ``tool_calls``), as LangChain's
+  ``create_agent`` needs.
 * :class:`ScriptedScorer`: the state value per scored text (exact or substring match).
 * :class:`ScriptedTokenScorer`: per-word log-probabilities and entropies (the token-level scorer
   interface FLARE and DRAGIN read), each word one "token".
@@ -50,12 +53,14 @@ import os
 import re
 import threading
 import time
+import uuid
 from pathlib import Path
 from typing import Any, Iterable, Literal, Mapping, Optional, Union
 
 from langchain_core.language_models import BaseChatModel
-from langchain_core.language_models.fake_chat_models import FakeListChatModel
+from langchain_core.language_models.fake_chat_models import FakeListChatModel, FakeMessagesListChatModel
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage
+from langchain_core.messages.tool import tool_call
 from langchain_core.outputs import ChatGeneration, ChatResult
 from langchain_core.tools import BaseTool, StructuredTool
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr
@@ -71,6 +76,9 @@ __all__ = [
     "ScriptedTokenScorer",
     "RecordingChatModel",
     "recording_model",
+    "ToolCallingChatModel",
+    "tool_calling_model",
+    "tool_call_reply",
     "ScriptExhausted",
     "load_script",
     "scripted_tool",
@@ -319,6 +327,49 @@ class RecordingChatModel(FakeListChatModel):
 def recording_model(responses: Iterable[str]) -> RecordingChatModel:
     """A :class:`RecordingChatModel` replying ``responses`` in order, with an empty record."""
     return RecordingChatModel(responses=list(responses), seen=[])
+
+
+class ToolCallingChatModel(FakeMessagesListChatModel):
+    """LangChain's ``FakeMessagesListChatModel`` (scripted messages in call order, cycling) with tool
+    calling: ``bind_tools`` binds the tools' schemas (as a provider model does) and records their names
+    in :attr:`bound`; every prompt is kept in :attr:`seen`. Each reply is a fresh copy of its scripted
+    message, so a call's id is not shared between runs' states.
+
+    Example:
+        >>> m = tool_calling_model([tool_call_reply("DOC_RAG", query="scurvy"), "Vitamin C."])
+        >>> bound = m.bind_tools([scripted_tool("DOC_RAG", "x")])
+        >>> [c["name"] for c in bound.invoke("What treats scurvy?").tool_calls], m.bound
+        (['DOC_RAG'], [['DOC_RAG']])
+        >>> bound.invoke("and then?").content
+        'Vitamin C.'
+    """
+
+    seen: list = Field(default_factory=list)
+    bound: list = Field(default_factory=list)
+
+    def bind_tools(self, tools: Any, *, tool_choice: Any = None, **kwargs: Any) -> Any:
+        from langchain_core.utils.function_calling import convert_to_openai_tool
+
+        schemas = [convert_to_openai_tool(t) for t in tools]
+        self.bound.append([s["function"]["name"] for s in schemas])
+        return self.bind(tools=schemas, **({"tool_choice": tool_choice} if tool_choice is not None else {}), **kwargs)
+
+    def _generate(self, messages: list[BaseMessage], stop: Optional[list[str]] = None, run_manager: Any = None,
+                  **kwargs: Any) -> ChatResult:
+        self.seen.append(list(messages))
+        result = super()._generate(messages, stop=stop, run_manager=run_manager, **kwargs)
+        reply = result.generations[0].message.model_copy(deep=True)
+        return ChatResult(generations=[ChatGeneration(message=reply)])
+
+
+def tool_call_reply(name: str, content: str = "", **args: Any) -> AIMessage:
+    """A scripted reply calling tool ``name`` with keyword arguments ``args`` (a call id of its own)."""
+    return AIMessage(content=content, tool_calls=[tool_call(name=name, args=args, id=f"call_{uuid.uuid4().hex[:12]}")])
+
+
+def tool_calling_model(replies: Iterable[Union[str, AIMessage]]) -> ToolCallingChatModel:
+    """A :class:`ToolCallingChatModel` replying ``replies`` in order (a string is a reply without calls)."""
+    return ToolCallingChatModel(responses=[r if isinstance(r, AIMessage) else AIMessage(content=r) for r in replies])
 
 
 def _keep_last(records: list, limit: Optional[int]) -> None:

@@ -8,7 +8,7 @@ import pytest
 MODULES = ["methods.tcrag.transitions", "core.answer_format", "core.result", "methods.tcrag.graph", "core.config",
            "core.state", "methods.tcrag.state", "methods.tcrag.actions", "core.names", "core.run_input", "core.events",
            "core.identity", "core.kernel", "methods.crp_rag", "methods.kag_thinker", "methods.diffrag", "monitor.calibration", "monitor.state_values", "monitor.scoring", "methods.registry", "methods.baselines",
-           "methods.adaptive", "methods.fl_rag", "methods.fs_rag", "methods.flare", "methods.dragin", "methods.self_rag",
+           "methods.adaptive", "methods.langchain_agent", "core.usage", "models.chat_turns", "models.local", "methods.fl_rag", "methods.fs_rag", "methods.flare", "methods.dragin", "methods.self_rag",
            "testing",
            "eval.calibration", "eval.significance", "eval.runner", "eval.summary", "monitor.from_spec", "models.credentials", "models.catalogue", "agent.spec", "monitor.consistency", "monitor.own_model", "monitor.risk",
            "faces.agent_tool", "models.run_control", "faces.serve_guard", "faces.serve_gate"]

@@ -3,8 +3,11 @@
 data, real calls).
 
 Skips are only for capabilities a part truly lacks, declared through the suites' own flags: the local
-models have no native tool calling, structured output, image/audio/PDF input or JSON mode (actions are
-parsed from text, see README).
+models have no structured output, image/audio/PDF input or JSON mode (actions are parsed from text, see
+README). They do call tools (``bind_tools``, models/chat_turns.py), which the unit suites check; the
+integration suites' tool-calling tests check the arguments a model writes (``magic_function`` with
+``input=3`` ...), which the packaged 135M model does not write reliably, so they are off there
+(tests/test_chat_turns.py runs the model's tool calls, tests/methods/test_langchain_agent.py an agent).
 
 ``make test`` runs this module in a pytest process of its own, in random order (pytest-randomly; the
 header prints the seed: rerun one order with ``python -m pytest -p randomly --randomly-seed=SEED
@@ -42,7 +45,7 @@ class _LocalChatModelSettings:
 
     @property
     def has_tool_calling(self) -> bool:
-        return False
+        return True
 
     @property
     def has_structured_output(self) -> bool:
@@ -69,8 +72,16 @@ class TestLocalChatModelUnit(_LocalChatModelSettings, ChatModelUnitTests):
     pass
 
 
+class _ToolCallsOfA135MModel:
+    """The integration suites' tool-calling tests judge the model's arguments: off for the packaged 135M."""
+
+    @property
+    def has_tool_calling(self) -> bool:
+        return False
+
+
 @pytest.mark.slow
-class TestLocalChatModelIntegration(_LocalChatModelSettings, ChatModelIntegrationTests):
+class TestLocalChatModelIntegration(_ToolCallsOfA135MModel, _LocalChatModelSettings, ChatModelIntegrationTests):
     pass
 
 
@@ -90,7 +101,7 @@ class TestLlamaCppChatModelUnit(_LlamaCppChatModelSettings, ChatModelUnitTests):
 
 
 @pytest.mark.slow
-class TestLlamaCppChatModelIntegration(_LlamaCppChatModelSettings, ChatModelIntegrationTests):
+class TestLlamaCppChatModelIntegration(_ToolCallsOfA135MModel, _LlamaCppChatModelSettings, ChatModelIntegrationTests):
     pass
 
 

@@ -66,6 +66,7 @@ from .identity import caller_for_run
 from .result import RunResult
 from .run_input import child_config, extract_question, last_human_is
 from .state import MethodState, ToolCallRecord, TraceEvent
+from .usage import message_tokens
 
 #: the most stop sequences a provider's API accepts (OpenAI's limit); the rest are applied here
 MAX_PROVIDER_STOPS = 4
@@ -336,7 +337,7 @@ class RunKernel:
         work["generated_tokens"] = reply_tokens(reply) if logprobs else None
         if stop:
             text = cut_at_stop(text, stop)
-        usage["prompt"] = usage.get("prompt", 0) + sum(count_tokens(content_text(m.content)) for m in messages)
+        usage["prompt"] = usage.get("prompt", 0) + sum(message_tokens(m) for m in messages)  # core.usage's rule
         usage["completion"] = usage.get("completion", 0) + count_tokens(text)
         for part, tokens in (prompt_parts or {}).items():
             usage[f"prompt_{part}"] = usage.get(f"prompt_{part}", 0) + int(tokens)

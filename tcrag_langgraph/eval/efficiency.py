@@ -9,8 +9,9 @@ method's own bookkeeping:
   method makes from its own knowledge without a tool (TCM-DiffRAG's graph recall: one per
   ``Recall`` push in its live events, :data:`OWN_RETRIEVAL_ACTIONS`).
 * **Tokens**: cl100k tokens (tiktoken, :func:`tcrag_langgraph.tools.tokens.count_tokens`) of every prompt
-  message sent and every completion received. ``completion_tokens`` is what the model wrote;
-  ``total_tokens`` adds the prompts, which for a stack machine grow with the stack.
+  message sent and every completion received, tool calls included, and of the tool schemas a call
+  binds (:mod:`tcrag_langgraph.core.usage`, the run kernel's own rule). ``completion_tokens`` is what
+  the model wrote; ``total_tokens`` adds the prompts, which for a stack machine grow with the stack.
 * **Backtracks / Summaries**: trace events that really popped a frame (``op == "pop"``) or replaced
   the top one (``op == "pop+push"``); a Backtrack on a bare User_Query (``noop``) is not counted.
 * **Replayed replies** (``tcrag eval --reply-cache``, :mod:`tcrag_langgraph.eval.reply_cache`):
@@ -36,8 +37,8 @@ from uuid import UUID
 from langchain_core.callbacks import BaseCallbackHandler
 
 from ..core.events import EVENT_NAME
+from ..core.usage import message_tokens, tools_tokens
 from ..tools.layer import is_tool_error
-from ..tools.layer.outcome import content_text
 from ..tools.tokens import count_tokens
 from .reply_cache import HIT_KEY, SECONDS_KEY
 
@@ -90,7 +91,8 @@ class UsageMeter(BaseCallbackHandler):
 
     # ----- models -----
     def on_chat_model_start(self, serialized: Mapping[str, Any], messages: list[list[Any]], **kwargs: Any) -> None:
-        tokens = sum(count_tokens(content_text(getattr(m, "content", m))) for batch in messages for m in batch)
+        tokens = sum(message_tokens(m) for batch in messages for m in batch)
+        tokens += len(messages) * tools_tokens((kwargs.get("invocation_params") or {}).get("tools"))
         with self._lock:
             self.llm_calls += len(messages)
             self.prompt_tokens += tokens
@@ -106,7 +108,7 @@ class UsageMeter(BaseCallbackHandler):
         for batch in getattr(response, "generations", []) or []:
             for gen in batch:
                 message = getattr(gen, "message", None)
-                tokens += count_tokens(content_text(message.content) if message is not None else getattr(gen, "text", ""))
+                tokens += message_tokens(message) if message is not None else count_tokens(getattr(gen, "text", ""))
                 metadata = getattr(message, "response_metadata", None) or {}
                 if metadata.get(HIT_KEY):
                     hits += 1

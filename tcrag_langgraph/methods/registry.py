@@ -32,6 +32,9 @@ name               what it is
 with the Conclusion (``consistency``: no log-probs needed, any chat model).
 ``tcrag-gen``: TC-RAG, state monitor on 1 - the probability of the chosen answer read off the reply's own
 token log-probs (``gen_answer_prob``: no second pass, no second copy of the weights).
+``langchain-agent``: the peer, LangChain's own ``create_agent`` with native tool calls on the same model
+and tools (the agent a LangChain user would otherwise write; its tool calls go through the kernel's
+tool layer and its model calls are counted like every method's: :mod:`.langchain_agent`).
 
 The registry of every method the library has, one row each: the faces (``tcrag ask/serve``, Studio)
 and the evaluation harness build methods through it, and the rest is generated from it: each
@@ -184,6 +187,9 @@ METHODS: dict[str, MethodSpec] = {
         MethodSpec("dragin", "DRAGIN", "Adaptive RAG", _M + "dragin:DRAGIN", uses_scorer=True,
                    studio="Baseline (paper Table 1): DRAGIN, retrieve when a content token's entropy is high "
                           "(entropy only: llama.cpp exposes no attention)."),
+        # the peer: LangChain's own tool-calling agent on the same model, tools and questions (not in Studio:
+        # its scripted demo model has no tool calling, and it is a yardstick rather than a face)
+        MethodSpec("langchain-agent", "LangChain agent", "Peers", _M + "langchain_agent:LangChainAgent"),
         # what the faces serve unless told otherwise: TC-RAG with the configuration exactly as given (its
         # metric, switches and sigma); not a row of the evaluation tables, which name the metric
         MethodSpec("tcrag", "TC-RAG", "Ours", _TCRAG, uses_scorer=True, in_tables=False,

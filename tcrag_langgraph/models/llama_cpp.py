@@ -42,7 +42,7 @@ import threading
 from typing import Any, ClassVar, Iterator, Optional
 
 from langchain_core.callbacks import CallbackManagerForLLMRun
-from langchain_core.messages import AIMessage, AIMessageChunk, BaseMessage
+from langchain_core.messages import AIMessageChunk, BaseMessage
 from langchain_core.outputs import ChatGeneration, ChatGenerationChunk, ChatResult
 from pydantic import Field, PrivateAttr, field_validator
 
@@ -50,7 +50,7 @@ from .kv_cache import CacheStats
 from .llama_cpp_model import ArchitectureUnsupported, LlamaCppModel, load_llama_model
 from .llama_cpp_native import logits_row, require_gpu_offload
 from .llama_cpp_states import PrefixFiles, reusable_prefix
-from .local import LocalChatModel
+from .local import LocalChatModel, as_chunk, tools_asked
 from .run_control import RunCancelled, RunControl, current_run, hold_model
 from .speculative import SpeculativeStats, speculative_greedy
 from .weights import LocalModelError, cache_dir
@@ -250,8 +250,8 @@ class LlamaCppChatModel(LocalChatModel):
                 usage = done
             else:
                 pieces.append(piece)
-        msg = AIMessage(content="".join(pieces), usage_metadata=usage,
-                        response_metadata=self._reply_metadata(tokens))
+        msg = self._reply_message("".join(pieces), kwargs, usage_metadata=usage,
+                                  response_metadata=self._reply_metadata(tokens))
         return ChatResult(generations=[ChatGeneration(message=msg)])
 
     def _stream(self, messages: list[BaseMessage], stop: Optional[list[str]] = None,
@@ -259,6 +259,14 @@ class LlamaCppChatModel(LocalChatModel):
         self._ensure_loaded()
         if self._fallback is not None:
             yield from self._fallback._stream(messages, stop=stop, run_manager=run_manager, **kwargs)
+            return
+        if tools_asked(kwargs)[0] is not None:
+            # with tools, one chunk: a call is read from the whole reply (its text is not the answer's)
+            reply = self._generate(messages, stop=stop, **kwargs).generations[0].message
+            chunk = ChatGenerationChunk(message=as_chunk(reply))
+            if run_manager:
+                run_manager.on_llm_new_token(str(reply.content), chunk=chunk)
+            yield chunk
             return
         tokens: Optional[list[dict[str, Any]]] = [] if kwargs.get("logprobs") else None
         for piece, done in self._pieces_apart(messages, stop=stop, logprob_tokens=tokens, **kwargs):
@@ -329,7 +337,8 @@ class LlamaCppChatModel(LocalChatModel):
         temperature = float(kwargs.get("temperature", self.temperature))
         if max_new < 1:
             raise ValueError("max_new_tokens must be at least 1")
-        prompt = lm.prompt_ids(messages)
+        tools, reply_prefix = tools_asked(kwargs)
+        prompt = lm.prompt_ids(messages, tools=tools, reply_prefix=reply_prefix)
         if len(prompt) + max_new > lm.n_ctx:
             raise ValueError(
                 f"prompt of {len(prompt)} tokens + {max_new} new tokens exceeds the context of {lm.n_ctx} tokens "
@@ -353,7 +362,7 @@ class LlamaCppChatModel(LocalChatModel):
                 lm.branches.before_prompt(llm, prompt)
                 if cold and self.prompt_files:  # a new process: the fixed prefix from its file
                     before = int(llm.n_tokens)
-                    if _prefix_files().ensure(llm, lm.path, lm.fixed_prefix(messages, prompt)) == "saved":
+                    if _prefix_files().ensure(llm, lm.path, lm.fixed_prefix(messages, prompt, tools=tools)) == "saved":
                         computed = int(llm.n_tokens) - before
                 lm.exact_tokens = int(llm.n_tokens)
             reused = reusable_prefix(llm, prompt) - computed

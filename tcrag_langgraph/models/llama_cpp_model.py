@@ -19,7 +19,7 @@ from .kv_cache import CacheStats
 from .gguf_files import check_gguf_file, check_gguf_magic, f16_copy, gguf_architecture
 from .llama_cpp_native import default_threads, import_llama_cpp, require_gpu_offload
 from .llama_cpp_states import BranchStash, common_prefix
-from .local import chat_turns, message_role
+from .chat_turns import message_role, template_inputs
 from .weights import LocalModelError, default_model_source
 
 __all__ = ["LlamaCppModel", "ArchitectureUnsupported", "load_llama_model", "llama_cpp_available"]
@@ -117,20 +117,25 @@ class LlamaCppModel:
                 out[name] = self.token_text(token_id)
         return out
 
-    def prompt_ids(self, messages: list[BaseMessage], *, add_generation_prompt: bool = True) -> list[int]:
-        """Token ids of the chat prompt, as ``tokenizer.apply_chat_template(..., add_generation_prompt=True)``."""
+    def prompt_ids(self, messages: list[BaseMessage], *, add_generation_prompt: bool = True,
+                   tools: Optional[list[dict[str, Any]]] = None, reply_prefix: str = "") -> list[int]:
+        """Token ids of the chat prompt, as ``tokenizer.apply_chat_template(..., add_generation_prompt=True)``;
+        with ``tools`` (function schemas) shown as :func:`~.chat_turns.template_inputs` says, and the
+        reply begun with ``reply_prefix``."""
         from transformers.utils.chat_template_utils import render_jinja_template
 
-        rendered, _ = render_jinja_template(conversations=[chat_turns(messages)], chat_template=self.chat_template,
+        turns, shown = template_inputs(messages, tools, self.chat_template)
+        rendered, _ = render_jinja_template(conversations=[turns], tools=shown, chat_template=self.chat_template,
                                             add_generation_prompt=add_generation_prompt, **self.special_tokens_map())
-        return self.tokenize(rendered[0], special=True)
+        return self.tokenize(rendered[0] + reply_prefix, special=True)
 
-    def fixed_prefix(self, messages: list[BaseMessage], prompt: list[int]) -> list[int]:
-        """The tokens of ``prompt`` before its last user turn (system prompt, demonstrations): what
-        every run of the same method and tools begins with."""
+    def fixed_prefix(self, messages: list[BaseMessage], prompt: list[int], *,
+                     tools: Optional[list[dict[str, Any]]] = None) -> list[int]:
+        """The tokens of ``prompt`` before its last user turn (system prompt, tools, demonstrations):
+        what every run of the same method and tools begins with."""
         if len(messages) < 2 or message_role(messages[-1]) != "user":
             return []
-        head = self.prompt_ids(messages[:-1], add_generation_prompt=False)
+        head = self.prompt_ids(messages[:-1], add_generation_prompt=False, tools=tools)
         return prompt[:common_prefix(head, prompt)]
 
 

@@ -1,5 +1,7 @@
 """A LangChain chat model over a local transformers causal LM (:class:`LocalChatModel`), and the
 small helpers both local backends and the run kernel use (stops, chat turns, a model's stable id).
+Both backends call tools the same way (``bind_tools``; :mod:`.chat_turns` renders the tools and reads
+the calls back).
 
 Where the weights come from and how they load (the packaged GGUF, conversion, the cache, devices
 and dtypes) is :mod:`.weights`'s; which model a user's spec means, and which backend runs a local
@@ -10,15 +12,18 @@ from __future__ import annotations
 
 import threading
 from pathlib import Path
-from typing import Any, Iterator, Optional, Sequence
+from typing import Any, Callable, Iterator, Optional, Sequence
 
 from langchain_core.callbacks import CallbackManagerForLLMRun
-from langchain_core.language_models import BaseChatModel
+from langchain_core.language_models import BaseChatModel, LanguageModelInput
 from langchain_core.messages import AIMessage, AIMessageChunk, BaseMessage
+from langchain_core.runnables import Runnable
 from langchain_core.outputs import ChatGeneration, ChatGenerationChunk, ChatResult
 from pydantic import ConfigDict, Field, PrivateAttr, field_validator
 
 from ..tools.layer.outcome import content_text
+from .chat_turns import (chat_turns, message_role, parse_reply, reply_prefix, template_inputs, tool_choice_of,
+                         tool_schemas)
 from .kv_cache import CacheStats, PromptKVPool, cache_keyword
 from .run_control import RunCancelled, current_run, hold_model
 from .weights import LocalModel, device_syntax, load_local_model, validate_device, validate_dtype
@@ -133,10 +138,46 @@ class LocalChatModel(BaseChatModel):
         """Prompt tokens seen / reused from the cache / prefilled, over this model's calls."""
         return self.kv_pool.stats.as_dict() if self._pool is not None else CacheStats().as_dict()
 
-    def _prompt_ids(self, messages: list[BaseMessage]):
+    # ----- tools -----
+    def bind_tools(self, tools: Sequence[dict[str, Any] | type | Callable | Any], *, tool_choice: Any = None,
+                   **kwargs: Any) -> Runnable[LanguageModelInput, AIMessage]:
+        """This model with ``tools`` it may call: the prompt shows them through the model's chat template
+        (or, for a template without a tools section, in the system turn) and each ``<tool_call>`` block
+        of the reply comes back in ``tool_calls`` with an id (:mod:`.chat_turns`). ``tool_choice``:
+        None / ``"auto"`` (the model decides), ``"none"``, ``"any"`` / ``"required"`` or a tool's name (the
+        reply is started as such a call; the arguments are the model's). ``kwargs`` are bound too (e.g.
+        ``max_new_tokens``). An unknown ``tool_choice`` is a ValueError.
+
+        Example:
+            >>> def lookup(query: str) -> str:
+            ...     \"\"\"Search the documents.\"\"\"
+            ...     return query
+            >>> bound = LocalChatModel().bind_tools([lookup], tool_choice="lookup")
+            >>> bound.kwargs["tools"][0]["function"]["name"], bound.kwargs["tool_choice"]
+            ('lookup', 'lookup')
+        """
+        schemas = tool_schemas(tools)
+        return self.bind(tools=schemas, tool_choice=tool_choice_of(tool_choice, schemas), **kwargs)
+
+    def _reply_message(self, text: str, kwargs: dict[str, Any], **fields: Any) -> AIMessage:
+        """The reply as an AIMessage: with tools asked for, its calls read into ``tool_calls``."""
+        tools, prefix = tools_asked(kwargs)
+        if tools is None:
+            return AIMessage(content=text, **fields)
+        content, calls, invalid = parse_reply(prefix + text, [t["function"]["name"] for t in tools])
+        return AIMessage(content=content, tool_calls=calls, invalid_tool_calls=invalid, **fields)
+
+    def _prompt_ids(self, messages: list[BaseMessage], tools: Optional[list[dict[str, Any]]] = None,
+                    prefix: str = ""):
         tok = self.local_model.tokenizer
-        ids = tok.apply_chat_template(chat_turns(messages), add_generation_prompt=True, return_tensors="pt", return_dict=True)
-        return ids["input_ids"]
+        if tools is None and not prefix:
+            ids = tok.apply_chat_template(chat_turns(messages), add_generation_prompt=True, return_tensors="pt",
+                                          return_dict=True)
+            return ids["input_ids"]
+        turns, shown = template_inputs(messages, tools, tok.chat_template)
+        text = tok.apply_chat_template(turns, tools=shown, add_generation_prompt=True, tokenize=False) + prefix
+        # as apply_chat_template tokenizes its own rendering: the template holds the special tokens
+        return tok(text, add_special_tokens=False, return_tensors="pt")["input_ids"]
 
     def _generate(
         self,
@@ -146,7 +187,8 @@ class LocalChatModel(BaseChatModel):
         **kwargs: Any,
     ) -> ChatResult:
         text, usage = self._complete(messages, stop=stop, **kwargs)
-        msg = AIMessage(content=text, usage_metadata=usage, response_metadata={"model_name": self.local_model.name})
+        msg = self._reply_message(text, kwargs, usage_metadata=usage,
+                                  response_metadata={"model_name": self.local_model.name})
         return ChatResult(generations=[ChatGeneration(message=msg)])
 
     def _stream(
@@ -157,11 +199,10 @@ class LocalChatModel(BaseChatModel):
         **kwargs: Any,
     ) -> Iterator[ChatGenerationChunk]:
         # One chunk: generation is short per action and stop trimming needs the whole text.
-        text, usage = self._complete(messages, stop=stop, **kwargs)
-        chunk = ChatGenerationChunk(message=AIMessageChunk(content=text, usage_metadata=usage,
-                                                            response_metadata={"model_name": self.local_model.name}))
+        reply = self._generate(messages, stop=stop, **kwargs).generations[0].message
+        chunk = ChatGenerationChunk(message=as_chunk(reply))
         if run_manager:
-            run_manager.on_llm_new_token(text, chunk=chunk)
+            run_manager.on_llm_new_token(content_text(reply.content), chunk=chunk)
         yield chunk
 
     def _complete(self, messages: list[BaseMessage], *, stop: Optional[list[str]], **kwargs: Any):
@@ -171,7 +212,7 @@ class LocalChatModel(BaseChatModel):
         stops = [s for s in (stop or self.stop or []) if s]
         max_new = int(kwargs.get("max_new_tokens", self.max_new_tokens))
         temperature = float(kwargs.get("temperature", self.temperature))
-        input_ids = self._prompt_ids(messages).to(lm.device)
+        input_ids = self._prompt_ids(messages, *tools_asked(kwargs)).to(lm.device)
         gen_kwargs: dict[str, Any] = dict(
             max_new_tokens=max_new,
             pad_token_id=lm.tokenizer.pad_token_id,
@@ -261,6 +302,22 @@ def _cancelled_stops(run: Any):
     return _Cancelled()
 
 
+def tools_asked(kwargs: dict[str, Any]) -> tuple[Optional[list[dict[str, Any]]], str]:
+    """What a call's keywords (``bind_tools``'s) ask of a local model: the tool schemas to show (None:
+    no tools, also with ``tool_choice="none"``) and the text the reply starts with (:func:`reply_prefix`)."""
+    tools, choice = kwargs.get("tools") or None, kwargs.get("tool_choice")
+    if tools is None or choice == "none":
+        return None, ""
+    return list(tools), reply_prefix(choice)
+
+
+def as_chunk(message: AIMessage) -> AIMessageChunk:
+    """A whole reply as one stream chunk (content, tool calls, usage and metadata)."""
+    return AIMessageChunk(content=message.content, tool_calls=message.tool_calls,
+                          invalid_tool_calls=message.invalid_tool_calls, usage_metadata=message.usage_metadata,
+                          response_metadata=message.response_metadata)
+
+
 def cut_at_stop(text: str, stops: Sequence[str]) -> str:
     """``text`` up to the first occurrence of any of ``stops`` (what a server applying them returns)."""
     cut = len(text)
@@ -276,16 +333,6 @@ def takes_generation_settings(model: Any) -> bool:
     models: transformers and llama.cpp, ``LlamaCppChatModel`` being a ``LocalChatModel``); a provider
     model keeps the settings it was built with."""
     return isinstance(model, LocalChatModel)
-
-
-def message_role(message: BaseMessage) -> str:
-    """The chat-template role of a LangChain message (a tool or other message is a user turn)."""
-    return {"human": "user", "ai": "assistant", "system": "system"}.get(message.type, "user")
-
-
-def chat_turns(messages: Sequence[BaseMessage]) -> list[dict[str, str]]:
-    """The messages as chat-template turns, the one way both local backends render a prompt."""
-    return [{"role": message_role(m), "content": content_text(m.content)} for m in messages]
 
 
 def chat_model_id(model: Any) -> str:

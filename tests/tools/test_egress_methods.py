@@ -14,7 +14,7 @@ import pytest
 
 from tcrag_langgraph.core.config import CallerContext, TCRAGConfig
 from tcrag_langgraph.methods.registry import METHODS, build_method
-from tcrag_langgraph.testing import ScriptedScorer, recording_model
+from tcrag_langgraph.testing import ScriptedScorer, recording_model, tool_call_reply, tool_calling_model
 from tcrag_langgraph.tools.emr import EMRDatabase, emr_tool
 from tcrag_langgraph.tools.web_search import SearxngProvider, web_tool
 
@@ -61,6 +61,29 @@ def test_without_a_record_the_same_method_searches(http_server, emr):
                          config=TCRAGConfig(caller=CallerContext(user_id="dr-x"), max_steps=3, max_new_tokens=32))
     out = graph.invoke({"question": "Summarise the record of patient P00002."})
     assert not out["records_read"] and len(queries) == 1
+
+
+def test_the_langchain_agent_sends_nothing_after_a_record(http_server, emr):
+    """LangChain's create_agent runs each tool call in a LangGraph task of its own (in threads, two at
+    once when the model asks for two); answered by the kernel's door they still carry what the run has
+    read: after the record, both searches are refused. The control: without a record they go out."""
+    search, queries = searx(http_server)
+    lookup = tool_call_reply("EMR_SEARCH", operation="lookup", patient_id="P00002")
+    two_searches = calls_at_once(tool_call_reply("WEB_SEARCH", query="heart failure"),
+                                 tool_call_reply("WEB_SEARCH", query="NT-proBNP"))
+    for caller, sent in ((CALLER, 0), (CallerContext(user_id="dr-x"), 2)):
+        graph = build_method("langchain-agent", model=tool_calling_model([lookup, two_searches, "Done."]),
+                             tools=[emr, search], config=TCRAGConfig(caller=caller, max_steps=4))
+        out = graph.invoke({"question": "Summarise the record of patient P00002."})
+        assert out["answer"] == "Done." and out["tool_calls"] == 3 and bool(out["records_read"]) == (sent == 0)
+        searched = [k for k in out["knowledge"] if k["tool"] == "WEB_SEARCH"]
+        assert len(searched) == 2 and all(("egress_refused" in k.get("error", "")) == (sent == 0) for k in searched)
+        assert len(queries) == sent
+
+
+def calls_at_once(*replies):
+    """One scripted reply making the calls of ``replies`` at once."""
+    return replies[0].model_copy(update={"tool_calls": [c for r in replies for c in r.tool_calls]})
 
 
 def test_every_method_calls_tools_only_through_the_kernel():
