@@ -76,7 +76,7 @@ def test_tcrag_is_judged_by_the_stored_fit_of_its_replys_values(packaged_chat, t
     from tcrag_langgraph.models.local import chat_model_id
 
     monkeypatch.setenv("TCRAG_CACHE_DIR", str(tmp_path / "cache"))
-    config = {"metric": "gen_combined", "answer_format": ["yes", "no"], "max_steps": 2, "max_new_tokens": 24,
+    config = {"metric": "gen_combined", "answer_format": ["yes", "no"], "max_steps": 1, "max_new_tokens": 16,
               "temperature": 0.0}
     with pytest.raises(CalibrationNotFoundError, match="gen_combined"):  # refused when built, not mid-run
         build_graph(model=packaged_chat, tools=[], config=config)
