@@ -79,4 +79,4 @@ def test_every_method_pauses_the_same_way():
 def test_a_server_client_cannot_ask_for_a_pause_it_cannot_resume(field):
     from tcrag_langgraph.core.config import request_option_fields
 
-    assert field not in request_option_fields()  # LangServe has no resume endpoint
+    assert field not in request_option_fields()  # the operator decides (tcrag serve --review-unvalidated)

@@ -28,7 +28,8 @@ __all__ = ["ConfigFlag", "ConfigFlags", "FACE_FLAGS", "EVAL_FLAGS", "NOT_FLAGS",
 NOT_FLAGS: dict[str, str] = {
     "caller": "an identity comes from trusted configuration, never from a command-line flag",
     "require_review": "a run paused for review needs a resume step that the command line does not have",
-    "review_unvalidated": "a run paused for review needs a resume step that the command line does not have",
+    "review_unvalidated": "a run paused for review needs a resume step that tcrag ask does not have (tcrag serve "
+                          "--review-unvalidated is the server's own switch, with its review route)",
 }
 
 #: fields ``tcrag eval`` / ``tcrag calibrate`` set otherwise, and why

@@ -187,7 +187,8 @@ def request_option_fields() -> tuple[str, ...]:
 
     Generated from the fields themselves (``json_schema_extra={"per_request": False}`` opts a field
     out), so a new option needs no second declaration. ``caller`` is an identity, never an option;
-    ``require_review`` and ``review_unvalidated`` need a resume endpoint that LangServe does not have.
+    ``require_review`` and ``review_unvalidated`` pause a run for a person: the server's operator decides
+    (``tcrag serve --review-unvalidated``, with its review route), never a request.
     """
     return tuple(
         name for name, field in TCRAGConfig.model_fields.items()

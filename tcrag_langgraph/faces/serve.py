@@ -3,7 +3,9 @@
 Routes (under ``/tcrag``): ``/invoke``, ``/batch``, ``/stream``, ``/stream_events`` (with the live
 ``tcrag`` custom events: every push, pop, state value, tool call and halt), ``/playground/`` (chat
 playground) from plain :func:`langserve.add_routes`; plus ``GET /tcrag/threads/{thread_id}`` (the
-stack, trace and answer stored for a conversation thread) and ``GET /healthz``.
+stack, trace and answer stored for a conversation thread), ``POST /tcrag/threads/{thread_id}/review``
+(a person's decision on a run paused for review, with ``tcrag serve --review-unvalidated``) and
+``GET /healthz``.
 
 Input ``{"messages": [...]}`` (the last human message is the question), output one AI message whose
 ``response_metadata`` has ``halt_reason``, ``answer_validated``, ``state_value``, ``sigma``,
@@ -83,7 +85,7 @@ from starlette.middleware.trustedhost import TrustedHostMiddleware
 
 from ..core.config import TCRAGConfig, request_option_fields
 from .auth import AUTH_USER_KEY, UserDirectory, UserRecord, token_from_headers
-from .integration import as_chat_runnable, checkpoint_serde
+from .integration import as_chat_runnable, checkpoint_serde, to_ai_message
 from .serve_gate import RunGate, RunQueue, send_refusal
 from .serve_guard import RunLimits, ServeCaps, caps_problem, input_problem, recursion_limit_for
 
@@ -450,6 +452,32 @@ def create_app(
         result["messages"] = [{"type": m.type, "content": m.content} for m in snapshot.values.get("messages", [])]
         result["next"] = list(snapshot.next)
         return result
+
+    @app.post("/tcrag/threads/{thread_id}/review")
+    async def review(thread_id: str, request: Request) -> dict[str, Any]:
+        """A person's decision on a run paused for review (``tcrag serve --review-unvalidated``): body
+        ``{"decision": "approve"}``, ``{"decision": "reject"}`` or ``{"decision": {"answer": "..."}}``;
+        the run ends and its final message comes back as ``/invoke``'s would. Only the thread's owner
+        can resume it (404 for any other thread, and for one that is not waiting)."""
+        from langgraph.types import Command
+
+        body = await request.json()
+        decision = body.get("decision") if isinstance(body, dict) else None
+        if not (decision in ("approve", "reject") or (isinstance(decision, dict) and set(decision) == {"answer"}
+                                                      and isinstance(decision["answer"], str)
+                                                      and decision["answer"].strip())):
+            raise HTTPException(422, "decision must be \"approve\", \"reject\" or {\"answer\": \"your answer\"}")
+        user: Optional[UserRecord] = getattr(request.state, _STATE_USER, None)
+        configurable: dict[str, Any] = {"thread_id": scoped_thread_id(user, thread_id)}
+        if user is not None:  # the run's identity is the authenticated owner's, as when it started
+            configurable[AUTH_USER_KEY] = user.as_server_user()
+        config = {"configurable": configurable, "recursion_limit": _RECURSION_LIMIT}
+        snapshot = await graph.aget_state(config)
+        if not any(task.interrupts for task in snapshot.tasks):
+            raise HTTPException(404, f"no run waiting for review in thread {thread_id}")
+        out = await graph.ainvoke(Command(resume=decision), config=config)
+        message = to_ai_message(out)
+        return {"content": message.content, "response_metadata": message.response_metadata}
 
     @app.get("/healthz")
     async def healthz() -> dict[str, Any]:

@@ -45,6 +45,10 @@ def register(app: Any) -> None:
                                            rich_help_panel=server_panel),
         log_level: str = typer.Option("info", help="Server log level (critical, error, warning, info, debug).",
                                       rich_help_panel=server_panel),
+        review_unvalidated: bool = typer.Option(
+            False, "--review-unvalidated", rich_help_panel=server_panel,
+            help="Pause every run whose answer the state monitor did not validate until the thread's owner answers "
+                 "POST /tcrag/threads/{thread_id}/review (approve, reject or their own answer)."),
         **options: Any,
     ) -> None:
         """Serve the agent over HTTP (LangServe): /tcrag/invoke, /stream, /stream_events, /playground/."""
@@ -63,6 +67,8 @@ def register(app: Any) -> None:
             caps = _server_settings(ServeCaps, "cap_", options, UserError)
             limits = _server_settings(RunLimits, "", options, UserError)
             spec = face_spec(options)  # named as AgentSpec's fields (agent.flags.FACE_FLAGS)
+            if review_unvalidated:  # the operator's choice, never a request's: the server can resume it
+                spec = spec.model_copy(update={"config": spec.config.merged({"review_unvalidated": True})})
             graph = spec.build()
         except UserError as exc:
             raise refuse(exc) from None
