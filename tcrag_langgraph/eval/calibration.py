@@ -112,8 +112,11 @@ def auroc_bootstrap_interval(values: Sequence[Optional[float]], correct: Sequenc
     unlike :func:`auroc_interval`. Resamples holding one kind of answer only are dropped.
 
     Example:
-        >>> low, high = auroc_bootstrap_interval([0.1, 0.2, 0.3, 0.6, 0.7, 0.4] * 5, [True, True, True, False, False, False] * 5)
-        >>> 0.7 < low < high <= 1.0
+        >>> values, right = [0.1, 0.2, 0.45, 0.4, 0.6, 0.7] * 5, [True, True, True, False, False, False] * 5
+        >>> round(state_value_auroc(values, right), 3)
+        0.889
+        >>> low, high = auroc_bootstrap_interval(values, right)
+        >>> 0.7 < low < 0.889 < high < 1.0
         True
     """
     from sklearn.metrics import roc_auc_score
