@@ -11,7 +11,8 @@ MODULES = ["methods.tcrag.transitions", "core.answer_format", "core.result", "me
            "methods.adaptive", "methods.langchain_agent", "core.usage", "models.chat_turns", "models.local", "methods.fl_rag", "methods.fs_rag", "methods.flare", "methods.dragin", "methods.self_rag",
            "testing",
            "eval.calibration", "eval.significance", "eval.runner", "eval.summary", "monitor.from_spec", "models.credentials", "models.catalogue", "agent.spec", "monitor.consistency", "monitor.own_model", "monitor.risk",
-           "faces.agent_tool", "models.run_control", "faces.serve_guard", "faces.serve_gate"]
+           "faces.agent_tool", "models.run_control", "faces.serve_guard", "faces.serve_gate", "monitor.combination",
+           "monitor.generation", "eval.risk_coverage", "eval.token_split"]
 
 
 @pytest.mark.parametrize("name", MODULES)

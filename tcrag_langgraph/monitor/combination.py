@@ -16,9 +16,10 @@ guarantee of :mod:`.risk` holds for it as for any single value. It also fits on 
 reports the AUROC on the first: two disjoint samples, both reported.
 
 Example:
-    >>> values = [{"gen_answer_prob": p, "gen_cppl": 1.5, "gen_entropy": 0.4} for p in (0.0, 0.1, 0.6, 0.9)]
-    >>> fitted = fit_combination(values, [True, True, False, False])
-    >>> fitted.value(values[0]) < fitted.value(values[3])  # a surer answer gets a lower value
+    >>> probs = [0.0, 0.1, 0.2, 0.3, 0.4, 0.45, 0.5, 0.6, 0.7, 0.8, 0.9, 0.95]
+    >>> values = [{"gen_answer_prob": p, "gen_cppl": 1.5 + p, "gen_entropy": 0.4} for p in probs]
+    >>> fitted = fit_combination(values, [p < 0.5 for p in probs])
+    >>> fitted.value(values[0]) < fitted.value(values[-1])  # a surer answer gets a lower value
     True
     >>> Combination.from_dict(fitted.to_dict()) == fitted
     True
