@@ -13,7 +13,9 @@ from .helpers_servers import uvicorn_thread
 
 
 def strict_openai_server(replies: list[str], seen: list[dict]):
-    """A chat-completions server that, like OpenAI's API, refuses more than 4 stop sequences."""
+    """A chat-completions server that, like OpenAI's API, refuses more than 4 stop sequences, and that
+    takes neither a grammar nor a JSON schema (it refuses both fields, as servers refuse what they do not
+    know), so the run is not constrained (models/constrained.py probes it once and finds nothing)."""
     from starlette.applications import Starlette
     from starlette.requests import Request
     from starlette.responses import JSONResponse
@@ -21,6 +23,10 @@ def strict_openai_server(replies: list[str], seen: list[dict]):
 
     async def chat_completions(request: Request) -> JSONResponse:
         body = await request.json()
+        for field in ("grammar", "response_format"):
+            if field in body:
+                return JSONResponse({"error": {"message": f"Unrecognized request argument supplied: {field}",
+                                               "type": "invalid_request_error"}}, status_code=400)
         seen.append(body)
         stop = body.get("stop") or []
         if isinstance(stop, str):

@@ -140,3 +140,67 @@ def test_build_graph_over_a_served_model_reads_its_replies_or_samples_it(served,
     chat = ChatOpenAI(model="smollm2", base_url=served, api_key=API_KEY, max_retries=0)
     samples = SamplingConsistencyScorer(chat, k=4, max_new_tokens=8).samples("Question: " + Q, choices=("yes", "no"))
     assert len(samples) == 4 and all(isinstance(s, str) for s in samples)
+
+
+# --- constrained generation through a server (models/constrained.py) ----------------------------
+
+@pytest.fixture(scope="module")
+def json_schema_only(served):
+    """The same server behind a proxy on 127.0.0.1 that speaks OpenAI's structured output and no grammar:
+    it drops a request's ``grammar`` and hands OpenAI's ``response_format`` (``json_schema``) to
+    llama-cpp-python in its own spelling (``json_object`` with ``schema``), as vLLM or OpenAI would take it."""
+    upstream = served.removesuffix("/v1")
+
+    class Proxy(BaseHTTPRequestHandler):
+        def do_POST(self) -> None:  # noqa: N802 - http.server's names
+            body = json.loads(self.rfile.read(int(self.headers.get("Content-Length") or 0)) or b"{}")
+            body.pop("grammar", None)
+            fmt = body.get("response_format") or {}
+            if fmt.get("type") == "json_schema":
+                body["response_format"] = {"type": "json_object", "schema": fmt["json_schema"]["schema"]}
+            headers = {k: v for k, v in self.headers.items() if k.lower() == "authorization"}
+            reply = httpx.post(upstream + self.path, json=body, headers=headers, timeout=600)
+            self.send_response(reply.status_code)
+            self.send_header("Content-Type", reply.headers.get("content-type", "application/json"))
+            self.send_header("Content-Length", str(len(reply.content)))
+            self.end_headers()
+            self.wfile.write(reply.content)
+
+        def log_message(self, *args) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Proxy)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}/v1"
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def test_a_served_model_gets_the_form_its_server_honours_and_the_parser_reads_the_reply(served, json_schema_only):
+    from langchain_core.messages import HumanMessage
+    from langchain_openai import ChatOpenAI
+
+    from tcrag_langgraph.core.config import TCRAGConfig
+    from tcrag_langgraph.core.kernel import RunKernel, fresh_run
+    from tcrag_langgraph.methods.kag_thinker.reply_forms import answer_choice_form
+    from tcrag_langgraph.models.constrained import ReplyForm, served_constraint
+
+    def chat(url: str) -> ChatOpenAI:
+        return ChatOpenAI(model="smollm2", base_url=url, api_key=API_KEY, max_retries=0, temperature=0, max_tokens=16)
+
+    grammar_server, schema_server = chat(served), chat(json_schema_only)
+    assert served_constraint(grammar_server) == "grammar"
+    assert served_constraint(schema_server) == "json_schema"
+    forced = ReplyForm("forced", 'root ::= "Zebra crossing"\n')
+    kernel = RunKernel(grammar_server, [], None, TCRAGConfig())
+    assert kernel.ask(fresh_run(), [HumanMessage(content="Say hi")], TCRAGConfig(), {}, form=forced) == "Zebra crossing"
+    # a schema server answers in the form's JSON; the kernel hands the parser the form's own text
+    prompt = [HumanMessage(content="Is vitamin C deficiency the cause of scurvy? Answer yes, no or maybe.")]
+    text = RunKernel(schema_server, [], None, TCRAGConfig()).ask(fresh_run(), prompt, TCRAGConfig(), {},
+                                                                 form=answer_choice_form(("yes", "no", "maybe")))
+    assert text in ("<answer>yes</answer>", "<answer>no</answer>", "<answer>maybe</answer>"), text
+    # a form without a JSON schema is not sent to a schema server: parse and repair only
+    assert RunKernel(schema_server, [], None, TCRAGConfig()).ask(fresh_run(), [HumanMessage(content="Say hi")],
+                                                                 TCRAGConfig(), {}, form=forced) != "Zebra crossing"

@@ -91,6 +91,10 @@ class TCRAGConfig(BaseModel):
         default=False, description="Pause for a person's review when a run would end with an answer the state "
         "monitor did not validate: resume with 'approve', {'answer': '...'} (a corrected answer) or 'reject'.",
         json_schema_extra={"per_request": False})
+    constrain_replies: bool = Field(
+        default=True, description="Constrain a reply whose form the method declares (a logical-form plan, an action "
+        "line, a triple): a GBNF grammar for llama.cpp, a grammar or JSON schema for a server that honours one; off, "
+        "or for any other model: parse and repair only (docs/models.md, constrained generation).")
     language: Literal["en", "zh"] = Field(default="en", description="Prompt language.")
     few_shot: bool = Field(default=True, description="Show worked examples of the action format before the stack.")
     answer_format: Optional[Union[tuple[str, ...], SkipJsonSchema[type[BaseModel]]]] = Field(

@@ -47,6 +47,7 @@ from langgraph.graph import END, START, StateGraph
 from langgraph.runtime import Runtime, get_runtime
 from langgraph.types import Command, interrupt
 
+from ..models.constrained import ReplyForm, constraint_for
 from ..models.local import cut_at_stop, takes_generation_settings
 from ..models.run_control import current_run, run_checkpoint
 from ..monitor.combination import COMBINED_VALUE, Combination
@@ -294,13 +295,20 @@ class RunKernel:
     def ask(self, work: dict[str, Any], messages: list[BaseMessage], cfg: TCRAGConfig, config: RunnableConfig, *,
             max_new_tokens: Optional[int] = None, temperature: Optional[float] = None,
             stop: Optional[list[str]] = None, logprobs: bool = False,
-            prompt_parts: Optional[Mapping[str, int]] = None) -> str:
+            prompt_parts: Optional[Mapping[str, int]] = None, form: Optional[ReplyForm] = None) -> str:
         """One model call; counts it and its tokens into ``work``; a failure raises ``RunFailure("model_error")``.
+
+        ``form``: the form the reply must take (the method's declared :class:`~tcrag_langgraph.models.constrained.ReplyForm`).
+        With ``constrain_replies`` the model gets what :func:`~tcrag_langgraph.models.constrained.constraint_for`
+        says it takes (a grammar, or a JSON schema whose reply is rendered back into the form's text); the
+        caller's parser reads (and validates) the reply either way.
 
         ``prompt_parts`` (a method's split of its prompt, e.g. ``prefix`` (system prompt and
         demonstrations), ``stack``, ``reprompt``): counted into ``token_usage`` as ``prompt_<part>``;
         the ``prefix`` of every call after the run's first also as ``prompt_cacheable`` (what a provider's
         prompt cache could serve), so a run says where its tokens go.
+
+        ``work["reply_cut"]``: whether the token budget ended the reply (``finish_reason == "length"``).
 
         ``logprobs``: ask for the generated tokens' log-probs too (OpenAI's ``logprobs`` /
         ``top_logprobs``); ``work["generated_tokens"]`` then holds them (None when the reply has none):
@@ -321,6 +329,9 @@ class RunKernel:
         logprobs = logprobs and returns_logprobs(self.model)  # a model that returns none is not asked
         if logprobs:
             kwargs.update(logprobs=True, top_logprobs=TOP_LOGPROBS)
+        constraint = constraint_for(self.model, form) if cfg.constrain_replies else None
+        if constraint is not None:
+            kwargs.update(constraint.kwargs)
         usage = dict(work.get("token_usage") or {"prompt": 0, "completion": 0})
         run_checkpoint()  # a cancelled run stops before its next model call, a paused one waits here
         try:
@@ -334,6 +345,11 @@ class RunKernel:
         except Exception as exc:  # a model/server failure ends the run cleanly, with the reason
             raise RunFailure("model_error", f"{type(exc).__name__}: {exc}") from exc
         text = content_text(reply.content)
+        if constraint is not None:
+            text = constraint.reply_text(text)
+        # the token budget, not the model, ended the reply (OpenAI's finish_reason, which the local models
+        # report too): a parser may then keep the reply's complete part (KAG-Thinker's plan)
+        work["reply_cut"] = (getattr(reply, "response_metadata", None) or {}).get("finish_reason") == "length"
         work["generated_tokens"] = reply_tokens(reply) if logprobs else None
         if stop:
             text = cut_at_stop(text, stop)

@@ -48,6 +48,7 @@ from pydantic import Field, PrivateAttr, field_validator
 
 from .kv_cache import CacheStats
 from .llama_cpp_model import ArchitectureUnsupported, LlamaCppModel, load_llama_model
+from .llama_cpp_grammar import GreedyGrammar, checked_grammar
 from .llama_cpp_native import logits_row, require_gpu_offload
 from .llama_cpp_states import PrefixFiles, reusable_prefix
 from .local import LocalChatModel, as_chunk, tools_asked
@@ -129,6 +130,9 @@ class LlamaCppChatModel(LocalChatModel):
     #: asked with ``logprobs=True`` (and ``top_logprobs=k``), a reply carries its tokens' log-probs in
     #: ``response_metadata["logprobs"]`` in OpenAI's shape (monitor.generation reads them)
     returns_logprobs: ClassVar[bool] = True
+    #: asked with ``grammar=GBNF`` per call, the reply keeps to that grammar (llama.cpp's grammar sampler;
+    #: :mod:`.constrained`). After a fallback to transformers the grammar is not applied (parse-and-repair)
+    takes_grammar: ClassVar[bool] = True
 
     _llama: Optional[LlamaCppModel] = PrivateAttr(default=None)
     _draft: Optional[LlamaCppModel] = PrivateAttr(default=None)
@@ -245,13 +249,15 @@ class LlamaCppChatModel(LocalChatModel):
         pieces = []
         usage: dict[str, Any] = {}
         tokens: Optional[list[dict[str, Any]]] = [] if kwargs.get("logprobs") else None
-        for piece, done in self._pieces(messages, stop=stop, logprob_tokens=tokens, run=current_run(), **kwargs):
+        outcome: dict[str, str] = {}
+        for piece, done in self._pieces(messages, stop=stop, logprob_tokens=tokens, run=current_run(), outcome=outcome,
+                                        **kwargs):
             if done is not None:
                 usage = done
             else:
                 pieces.append(piece)
         msg = self._reply_message("".join(pieces), kwargs, usage_metadata=usage,
-                                  response_metadata=self._reply_metadata(tokens))
+                                  response_metadata=self._reply_metadata(tokens, outcome))
         return ChatResult(generations=[ChatGeneration(message=msg)])
 
     def _stream(self, messages: list[BaseMessage], stop: Optional[list[str]] = None,
@@ -269,18 +275,19 @@ class LlamaCppChatModel(LocalChatModel):
             yield chunk
             return
         tokens: Optional[list[dict[str, Any]]] = [] if kwargs.get("logprobs") else None
-        for piece, done in self._pieces_apart(messages, stop=stop, logprob_tokens=tokens, **kwargs):
+        outcome: dict[str, str] = {}
+        for piece, done in self._pieces_apart(messages, stop=stop, logprob_tokens=tokens, outcome=outcome, **kwargs):
             if done is not None:
                 chunk = ChatGenerationChunk(message=AIMessageChunk(
-                    content="", usage_metadata=done, response_metadata=self._reply_metadata(tokens)))
+                    content="", usage_metadata=done, response_metadata=self._reply_metadata(tokens, outcome)))
             else:
                 chunk = ChatGenerationChunk(message=AIMessageChunk(content=piece))
                 if run_manager:
                     run_manager.on_llm_new_token(piece, chunk=chunk)
             yield chunk
 
-    def _reply_metadata(self, tokens: Optional[list[dict[str, Any]]]) -> dict[str, Any]:
-        meta: dict[str, Any] = {"model_name": self._llama.name, "backend": "llama_cpp"}
+    def _reply_metadata(self, tokens: Optional[list[dict[str, Any]]], outcome: dict[str, str]) -> dict[str, Any]:
+        meta: dict[str, Any] = {"model_name": self._llama.name, "backend": "llama_cpp", **outcome}
         if tokens is not None:
             meta["logprobs"] = {"content": tokens}
         return meta
@@ -319,19 +326,27 @@ class LlamaCppChatModel(LocalChatModel):
 
     def _pieces(self, messages: list[BaseMessage], *, stop: Optional[list[str]],
                 logprob_tokens: Optional[list[dict[str, Any]]] = None, cancel: Optional[threading.Event] = None,
-                run: Optional[RunControl] = None, **kwargs: Any):
+                run: Optional[RunControl] = None, outcome: Optional[dict[str, str]] = None, **kwargs: Any):
         """Yield ``(text, None)`` pieces of the reply as they are decoded, then ``("", usage)``.
 
         The pieces join to exactly what ``invoke`` returns: the reply cut at the first stop sequence
         and stripped (text that may still become a stop sequence, and trailing whitespace, are held
         back until they cannot). ``logprob_tokens``, when a list, receives each generated token up to
         the stop (OpenAI's shape: ``token``, ``logprob``, ``top_logprobs``), the log-probs of the
-        model's own distribution (before temperature) from the logits that chose it.
+        model's own distribution (before temperature) from the logits that chose it. ``outcome``, when a
+        dict, receives ``finish_reason`` as OpenAI's servers say it: ``"length"`` when the reply ran out of
+        ``max_new_tokens``, else ``"stop"`` (an end-of-generation token or a stop sequence).
+
+        ``grammar`` (GBNF text, a keyword argument): the reply keeps to it; llama.cpp's grammar sampler
+        masks the tokens it does not admit before choosing. The logits read for ``logprob_tokens`` are
+        the context's, taken before any sampler (the grammar included) touches them: a token the grammar
+        forced carries the probability the model itself gave it (tests/test_constrained.py).
 
         ``cancel`` (the consumer closed the stream) ends the reply at the next token; a cancelled ``run``
         (:class:`~.run_control.RunControl`) ends it there too and raises :class:`~.run_control.RunCancelled`:
         either way the model is released within a token."""
         lm = self._llama
+        grammar = checked_grammar(lm, kwargs["grammar"]) if kwargs.get("grammar") else None
         stops = [s for s in (stop or self.stop or []) if s]
         max_new = int(kwargs.get("max_new_tokens", self.max_new_tokens))
         temperature = float(kwargs.get("temperature", self.temperature))
@@ -345,6 +360,8 @@ class LlamaCppChatModel(LocalChatModel):
                 "(LlamaCppChatModel(n_ctx=...) sets it, up to the model's training context)")
         emitted = ""
         new_ids: list[int] = []
+        if outcome is not None:
+            outcome["finish_reason"] = "stop"
         with hold_model(lm.lock, timeout_s=self.busy_timeout_s, name=lm.name):
             llm = lm.llm
             if self.seed is not None:
@@ -369,12 +386,13 @@ class LlamaCppChatModel(LocalChatModel):
             lm.stats.calls += 1
             lm.stats.prompt_tokens += len(prompt)
             lm.stats.reused_tokens += reused
-            # the draft path verifies in batches and keeps no per-token logits row: log-probs need the plain one
-            use_draft = self._draft is not None and temperature == 0 and logprob_tokens is None
+            # the draft path verifies in batches and keeps no per-token logits row: log-probs need the plain
+            # one; it takes its own argmax, which no grammar masks: a constrained call decodes plainly too
+            use_draft = self._draft is not None and temperature == 0 and logprob_tokens is None and grammar is None
             top_k = max(0, min(int(kwargs.get("top_logprobs") or 0), 20))
             spelled = ""  # the reply's text so far, so each token's piece is the text it added
             tokens = (self._speculative_tokens(prompt) if use_draft
-                      else self._plain_tokens(prompt, temperature))
+                      else self._plain_tokens(prompt, temperature, grammar))
             try:
                 for token in tokens:
                     if run is not None and run.cancelled:
@@ -389,6 +407,8 @@ class LlamaCppChatModel(LocalChatModel):
                     spelled = text
                     cut = _first_stop(text, stops)
                     final = cut != -1 or len(new_ids) >= max_new
+                    if outcome is not None:
+                        outcome["finish_reason"] = "length" if cut == -1 and len(new_ids) >= max_new else "stop"
                     visible = text[:cut] if cut != -1 else text
                     if not final:
                         visible = visible[: len(visible) - _held_back(visible, stops)]
@@ -414,13 +434,29 @@ class LlamaCppChatModel(LocalChatModel):
                  "input_token_details": {"cache_read": int(reused)}}
         yield "", usage
 
-    def _plain_tokens(self, prompt: list[int], temperature: float) -> Iterator[int]:
+    def _plain_tokens(self, prompt: list[int], temperature: float, grammar: Any = None) -> Iterator[int]:
         llm = self._llama.llm
+        if grammar is not None and temperature == 0:
+            return self._greedy_grammar_tokens(prompt, grammar)
         if temperature > 0:
             # top_p as the transformers path; llama.cpp's extra top_k / min_p filters off
             return llm.generate(prompt, temp=temperature, top_p=self.top_p, top_k=0, min_p=0.0,
-                                repeat_penalty=1.0, reset=True)
-        return llm.generate(prompt, temp=0.0, repeat_penalty=1.0, reset=True)
+                                repeat_penalty=1.0, reset=True, grammar=grammar)
+        return llm.generate(prompt, temp=0.0, repeat_penalty=1.0, reset=True, grammar=grammar)
+
+    def _greedy_grammar_tokens(self, prompt: list[int], grammar: Any) -> Iterator[int]:
+        """Greedy decoding under ``grammar`` with :class:`~.llama_cpp_grammar.GreedyGrammar` as the sampler
+        (llama-cpp-python builds its sampler in ``_init_sampler``, which is shadowed for this one call;
+        the model's lock is held throughout, so no other call sees it)."""
+        llm = self._llama.llm
+        chooser = GreedyGrammar(self._llama, grammar._grammar)
+        llm._init_sampler = lambda **_: chooser
+        try:
+            yield from llm.generate(prompt, temp=0.0, repeat_penalty=1.0, reset=True)
+        finally:
+            del llm._init_sampler
+            llm._sampler = None
+            chooser.close()
 
     def _speculative_tokens(self, prompt: list[int]) -> Iterator[int]:
         """Greedy decoding of the model, with drafts from the draft model verified in one pass each."""

@@ -61,6 +61,8 @@ class LlamaCppModel:
     #: sequences a prompt cut back, restored when a later prompt shares more of one (a pop, then the
     #: same push)
     branches: BranchStash = field(default_factory=BranchStash)
+    #: GBNF text -> its llama_cpp.LlamaGrammar, checked by llama.cpp once (:mod:`.llama_cpp_grammar`)
+    grammars: dict = field(default_factory=dict)
 
     # ----- tokens -----
     def tokenize(self, text: str, *, special: bool = True) -> list[int]:

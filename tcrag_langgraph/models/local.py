@@ -186,9 +186,9 @@ class LocalChatModel(BaseChatModel):
         run_manager: Optional[CallbackManagerForLLMRun] = None,
         **kwargs: Any,
     ) -> ChatResult:
-        text, usage = self._complete(messages, stop=stop, **kwargs)
+        text, usage, finish = self._complete(messages, stop=stop, **kwargs)
         msg = self._reply_message(text, kwargs, usage_metadata=usage,
-                                  response_metadata={"model_name": self.local_model.name})
+                                  response_metadata={"model_name": self.local_model.name, "finish_reason": finish})
         return ChatResult(generations=[ChatGeneration(message=msg)])
 
     def _stream(
@@ -250,8 +250,11 @@ class LocalChatModel(BaseChatModel):
         if run is not None and run.cancelled:  # stopped early by the criterion below: no reply to hand on
             raise RunCancelled(run.reason or "the run was cancelled")
         new_ids = out[0, input_ids.shape[1]:]
-        text = lm.tokenizer.decode(new_ids, skip_special_tokens=True)
-        text = cut_at_stop(text, stops)
+        full = lm.tokenizer.decode(new_ids, skip_special_tokens=True)
+        text = cut_at_stop(full, stops)
+        # OpenAI's finish_reason: "length" when the budget, not an end token or a stop sequence, ended it
+        ended = new_ids.shape[0] > 0 and int(new_ids[-1]) in _end_ids(lm.model)
+        finish = "length" if new_ids.shape[0] >= max_new and not ended and text == full else "stop"
         usage: dict[str, Any] = {
             "input_tokens": int(input_ids.shape[1]),
             "output_tokens": int(new_ids.shape[0]),
@@ -259,7 +262,7 @@ class LocalChatModel(BaseChatModel):
         }
         if lease is not None:
             usage["input_token_details"] = {"cache_read": int(lease.reused)}
-        return text.strip(), usage
+        return text.strip(), usage, finish
 
 
 def _generated_text_stops(tokenizer: Any, stops: list[str], prompt_len: int):
@@ -357,3 +360,13 @@ def chat_model_id(model: Any) -> str:
     if llm is not None and llm is not model:
         return chat_model_id(llm)
     raise ValueError(f"cannot tell which model {type(model).__name__} is; give the model id explicitly")
+
+
+def _end_ids(model: Any) -> set[int]:
+    """The token ids that end a reply of a transformers model (its generation config's, else its config's EOS)."""
+    ids: set[int] = set()
+    for source in (getattr(model, "generation_config", None), getattr(model, "config", None)):
+        value = getattr(source, "eos_token_id", None)
+        if value is not None:
+            ids.update([value] if isinstance(value, int) else [int(v) for v in value])
+    return ids

@@ -66,6 +66,22 @@ def test_parse_rejects_with_a_message_for_the_model(text, message):
         parse_logical_forms(text)
 
 
+def test_a_plan_the_token_budget_cut_keeps_its_complete_steps_only_when_known_cut():
+    complete = ("Step1: Who directed X?\nAction1: Retrieval(s=s1:film['X'], p=p1:director, o=o1:person)\n"
+                "Step2: When did #1 die?\nAction2: Retrieval(s=o1, p=p2:death, o=o2:date)\n")
+    cut = complete + "Step3: Which film was directed by the director who died first according to #2 and \nAct"
+    with pytest.raises(LogicalFormParseError, match="Step3 has no Action"):
+        parse_logical_forms(cut)  # a reply the model ended itself is never shortened
+    plan = parse_logical_forms(cut, cut=True)
+    assert [f.function for f in plan.forms] == ["Retrieval", "Retrieval", "Output"] and plan.forms[2].references == [2]
+    assert plan.repairs[-1] == "the reply was cut off by the token budget: its unfinished Step3 was left out"
+    with pytest.raises(LogicalFormParseError, match="Action1 must be a call"):  # nothing complete to keep
+        parse_logical_forms("Step1: Who directed X?\nAction1: Retriev", cut=True)
+    # the complete steps do not parse either (a forward reference): the reply's own first error stands
+    with pytest.raises(LogicalFormParseError, match="Step3 has no Action"):
+        parse_logical_forms(complete.replace("When did #1", "When did #2") + "Step3: Which", cut=True)
+
+
 def test_parse_reads_an_output_of_itself_as_the_answer_before_it():
     # What Qwen2.5-Coder-0.5B wrote for a one-hop question.
     text = ("Step1: Identify the phenotypes associated with Marfan syndrome.\nAction1: Retrieval(s=s1:phenotype"

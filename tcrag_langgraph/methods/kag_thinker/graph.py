@@ -20,6 +20,7 @@ from ...core.arguments import BuildArguments
 from ...core.config import TCRAGConfig
 from ...core.kernel import RunFailure, RunKernel
 from ...core.state import TraceEvent
+from ...models.constrained import ReplyForm
 from . import nodes as node_steps
 from . import retrieval as retrieval_steps
 from .arithmetic import ArithmeticRefused, _first_number
@@ -115,11 +116,13 @@ class KAGThinker(RunKernel):
         return self.record(state.get("trace"), config, event)
 
     def ask_parsed(self, state: dict[str, Any], messages: list[BaseMessage], parse: Callable[[str], Any],
-                   cfg: TCRAGConfig, config: RunnableConfig, *, what: str, instructions: str) -> Any:
-        """Ask, parse; on a parse error re-prompt with the error, at most ``max_format_retries`` times."""
+                   cfg: TCRAGConfig, config: RunnableConfig, *, what: str, instructions: str,
+                   form: Optional[ReplyForm] = None) -> Any:
+        """Ask, parse; on a parse error re-prompt with the error, at most ``max_format_retries`` times.
+        ``form``: the reply's declared form (:mod:`.reply_forms`), constrained where the model takes it."""
         history = list(messages)
         for attempt in range(cfg.max_format_retries + 1):
-            text = self.ask(state, history, cfg, config)
+            text = self.ask(state, history, cfg, config, form=form)
             try:
                 return parse(text)
             except (LogicalFormParseError, ArithmeticRefused) as err:

@@ -26,6 +26,7 @@ from .prompts import (
     OUTPUT_PROMPT,
 )
 from .replies import _parse_deduction
+from .reply_forms import DEDUCE_FORM, MATH_FORM, answer_choice_form, plan_form
 from .state import KAGThinkerState
 from .text import _normalise, _tagged
 
@@ -52,9 +53,12 @@ def decompose(self, state: KAGThinkerState, config: RunnableConfig, runtime: Run
                 steps=state.get("steps", 0))
     plan_cfg = cfg if options.max_plan_tokens is None else cfg.model_copy(
         update={"max_new_tokens": options.max_plan_tokens})
-    plan = self.ask_parsed(work, messages, lambda t: parse_logical_forms(t, max_forms=options.max_logical_forms),
+    # a plan the token budget cut keeps its complete steps (the kernel says whether the budget ended it)
+    parse = lambda t: parse_logical_forms(t, max_forms=options.max_logical_forms, cut=bool(work.get("reply_cut")))  # noqa: E731
+    plan = self.ask_parsed(work, messages, parse,
                            plan_cfg, config, what="Logical_Form",
-                           instructions="Write StepN: / ActionN: pairs as in the example, the last one an Output.")
+                           instructions="Write StepN: / ActionN: pairs as in the example, the last one an Output.",
+                           form=plan_form(options.max_logical_forms))
     forms = [f.model_dump() for f in plan.forms]
     for form in plan.forms:
         detail = {"step": form.index, "function": form.function, "action": form.action,
@@ -92,7 +96,7 @@ def math(self, state: KAGThinkerState, config: RunnableConfig, runtime: Runtime,
                                     target=self.substitute(form.target or form.step, form, answers))
         expression, value = self.ask_parsed(work, [HumanMessage(content=prompt)], parse, cfg, config, what="Math",
                                             instructions="Write only numbers, + - * / ** and parentheses "
-                                            "inside <expression>...</expression>.")
+                                            "inside <expression>...</expression>.", form=MATH_FORM)
         written_by = "model"
     return self.solved(state, work, config, form, answer=_format_number(value), source="math",
                        detail={"expression": expression, "written_by": written_by})
@@ -107,7 +111,7 @@ def deduce(self, state: KAGThinkerState, config: RunnableConfig, runtime: Runtim
                                   target=self.substitute(form.target or form.step, form, answers),
                                   question=state["question"])
     answer = self.ask_parsed(work, [HumanMessage(content=prompt)], _parse_deduction, cfg, config, what="Deduce",
-                             instructions="End with <answer>your conclusion</answer>.")
+                             instructions="End with <answer>your conclusion</answer>.", form=DEDUCE_FORM)
     return self.solved(state, work, config, form, answer=answer, source="deduce", detail={"op": form.op})
 
 def output(self, state: KAGThinkerState, config: RunnableConfig, runtime: Runtime) -> Command[Literal["__end__"]]:
@@ -153,4 +157,6 @@ def formatted(self, work: dict[str, Any], state: Mapping[str, Any], form: Logica
 
     prompt = OUTPUT_PROMPT.format(question=state["question"], facts=self.known_facts(form, answers), answer=answer,
                                   rule=rule)
-    return self.ask_parsed(work, [HumanMessage(content=prompt)], parse, cfg, config, what="Output", instructions=rule)
+    form = answer_choice_form(tuple(fmt)) if isinstance(fmt, tuple) else None  # a pydantic format: parse only
+    return self.ask_parsed(work, [HumanMessage(content=prompt)], parse, cfg, config, what="Output", instructions=rule,
+                           form=form)

@@ -190,7 +190,7 @@ def _labelled_blocks(text: str) -> list[tuple[str, Optional[int], str]]:
     return blocks
 
 
-def parse_logical_forms(text: Any, *, max_forms: int = 6) -> LogicalPlan:
+def parse_logical_forms(text: Any, *, max_forms: int = 6, cut: bool = False) -> LogicalPlan:
     """Read a breadth decomposition (``Step1: ... / Action1: ...`` pairs) into typed logical forms.
 
     Repairs (recorded in :attr:`LogicalPlan.repairs`): ``<think>``/``<answer>`` wrappers, markdown,
@@ -202,6 +202,11 @@ def parse_logical_forms(text: Any, *, max_forms: int = 6) -> LogicalPlan:
     variable or to a step that is not earlier (``#n`` with ``n`` >= its own number), an Output that
     is not last, more than ``max_forms`` forms.
 
+    ``cut``: the token budget ended the reply (``finish_reason == "length"``). A plan that does not parse
+    then loses its last, unfinished Step (and its Action) and is read again: the complete steps before
+    it are a plan (recorded as a repair); if they are not, the first error stands. Only a reply known to
+    be cut is shortened, so a plan the model finished is never changed.
+
     Example:
         >>> plan = parse_logical_forms("Step1: Who wrote The Pequod?\\nAction1: Retrieval(s=s1:book['The Pequod'], "
         ...                            "p=p1:author, o=o1:person)\\nStep2: When was #1 born?\\n"
@@ -211,6 +216,23 @@ def parse_logical_forms(text: Any, *, max_forms: int = 6) -> LogicalPlan:
     """
     if max_forms < 1:
         raise ValueError("max_forms must be at least 1")
+    try:
+        return _parse_plan(text, max_forms)
+    except LogicalFormParseError as first:
+        body = _strip_think(_normalise(text), [])
+        steps = [m for m in _LABEL.finditer(body) if m.group("kind").lower() == "step"]
+        if not cut or len(steps) < 2:
+            raise
+        try:
+            plan = _parse_plan(body[: steps[-1].start()], max_forms)
+        except LogicalFormParseError:
+            raise first from None
+        label = f"Step{steps[-1].group('num') or len(steps)}"
+        plan.repairs.append(f"the reply was cut off by the token budget: its unfinished {label} was left out")
+        return plan
+
+
+def _parse_plan(text: Any, max_forms: int) -> LogicalPlan:
     repairs: list[str] = []
     body = _strip_think(_normalise(text), repairs)
     blocks = _labelled_blocks(body)

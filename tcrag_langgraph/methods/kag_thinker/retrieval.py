@@ -18,6 +18,7 @@ from .forms import LogicalForm
 from .options import KAGThinkerOptions
 from .prompts import BOUNDARY_PROMPT, CONFIDENCE_PROMPT, FOCUS_PROMPT
 from .replies import FocusResult, parse_boundary_answer, parse_confidence, parse_focus
+from .reply_forms import focus_form
 from .state import KAGThinkerState
 
 # Each function is a method of the node holder (graph.KAGThinker names them as its attributes): "self" is it.
@@ -90,7 +91,7 @@ def depth_solve(self, state: KAGThinkerState, config: RunnableConfig, runtime: R
     focus: FocusResult = self.ask_parsed(
         work, [HumanMessage(content=prompt)], lambda t: parse_focus(t, index=form.index, known=known), cfg, config,
         what="Focus", instructions="Write <focus>...</focus> then <answer>...</answer>, or Step: ... and "
-        "Action: Retrieval(...).")
+        "Action: Retrieval(...).", form=focus_form(form.index))
     detail = {"step": form.index, "turn": turn, "focus": focus.focus, "repairs": focus.repairs}
     if focus.answer is not None:
         work["trace"] = self.event({**state, **work}, config, action="Focus", content=focus.answer,

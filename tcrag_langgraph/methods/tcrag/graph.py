@@ -52,6 +52,7 @@ from ...tools.tokens import count_tokens
 from . import transitions
 from .actions import ActionParseError, format_instructions, parse_action
 from .prompting import demonstrations, final_turn_text, rejected_note, system_prompt, turn_text
+from .reply_forms import action_form
 from .state import ParsedAction, TCRAGState, render_stack
 from .transitions import HaltReason, Machine, Transition
 
@@ -245,7 +246,8 @@ class TCRAG(RunKernel):
         work = self.counters(state)
         read_logprobs = cfg.metric in GENERATION_VALUES or cfg.record_generation_values
         text = self.ask(work, messages, cfg, config, stop=STOP_SEQUENCES,  # a failure halts: model_error
-                        logprobs=read_logprobs, prompt_parts=parts)
+                        logprobs=read_logprobs, prompt_parts=parts,
+                        form=action_form(allowed, tools, cfg.answer_format))  # one action line, where constrained
         common = {"llm_calls": work["llm_calls"], "token_usage": work["token_usage"]}
         try:
             if final:
