@@ -29,6 +29,10 @@ class BrokenModel(BaseChatModel):
     def _generate(self, messages, stop=None, run_manager=None, **kwargs: Any) -> ChatResult:
         raise RuntimeError("connection refused")
 
+    def bind_tools(self, tools, **kwargs: Any) -> "BrokenModel":
+        """It would call tools if its server were up (the LangChain agent refuses a model without tool calling)."""
+        return self
+
 
 class Scorer:
     """Scores and token log-probs for every method that reads them."""
