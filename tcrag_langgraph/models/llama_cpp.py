@@ -49,7 +49,7 @@ from pydantic import Field, PrivateAttr, field_validator
 from .kv_cache import CacheStats
 from .llama_cpp_model import ArchitectureUnsupported, LlamaCppModel, load_llama_model
 from .llama_cpp_grammar import GreedyGrammar, checked_grammar
-from .llama_cpp_native import logits_row, require_gpu_offload
+from .llama_cpp_native import logits_row, require_gpu_offload, return_freed_heap
 from .llama_cpp_states import PrefixFiles, reusable_prefix
 from .local import LocalChatModel, as_chunk, tools_asked
 from .run_control import RunCancelled, RunControl, current_run, hold_model
@@ -424,6 +424,8 @@ class LlamaCppChatModel(LocalChatModel):
                     close()
                 if not use_draft:
                     lm.exact_tokens = int(llm.n_tokens)
+                if grammar is not None:
+                    return_freed_heap()  # the grammar sampler's freed blocks (why: llama_cpp_native)
             # The reply may end without a final check (end-of-generation token): emit what is held back.
             text = lm.detokenize(new_ids)
             cut = _first_stop(text, stops)

@@ -14,7 +14,8 @@ from typing import Any, Callable
 
 from .weights import LocalModelError
 
-__all__ = ["import_llama_cpp", "quiet_native", "default_threads", "require_gpu_offload", "decode_at", "logits_row", "log_softmax_at"]
+__all__ = ["import_llama_cpp", "quiet_native", "default_threads", "require_gpu_offload", "decode_at", "logits_row", "log_softmax_at",
+           "return_freed_heap"]
 
 
 @functools.cache
@@ -108,6 +109,29 @@ def decode_at(ctx: Any, batch: Any, ids: list[int], start_pos: int, want: Callab
     if rc != 0:
         raise RuntimeError(f"llama_decode returned {rc}")
     return rows
+
+
+@functools.cache
+def _malloc_trim() -> Any:
+    """glibc's ``malloc_trim``, or None (another C library, another system)."""
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        return ctypes.CDLL("libc.so.6").malloc_trim
+    except (OSError, AttributeError):
+        return None
+
+
+def return_freed_heap() -> None:
+    """Hand the C heap's freed pages back to the system (glibc's ``malloc_trim``; elsewhere nothing).
+
+    Why: llama.cpp's grammar sampler allocates and frees many small blocks per token, and glibc keeps
+    the freed pages. A server's memory climbed ~10 MB per 20 constrained replies with nothing leaked
+    (tracemalloc flat; one trim returned all of it: the 135M model, session 19), which made a server
+    that runs for days look like it leaked. One trim after a constrained reply costs ~1 ms."""
+    trim = _malloc_trim()
+    if trim is not None:
+        trim(0)
 
 
 def logits_row(ctx: Any, i: int, n_vocab: int):
