@@ -104,6 +104,31 @@ def test_tcrag_validates_by_the_certified_threshold_and_reports_confidence(tmp_p
     assert out["messages"][-1].response_metadata["confidence"] == pytest.approx(1.0)
 
 
+def test_with_risk_only_a_first_conclusion_is_validated(tmp_path, monkeypatch):
+    """The calibration measured first Conclusions: one written again after a rejection was selected for
+    its low value, so under risk it ends the run unvalidated and without a confidence; the paper's sigma
+    still validates it."""
+    from tests.eval.helpers import NamedModel
+
+    values = [1.0 + i / 10 for i in range(100)] + [20.0 + i / 10 for i in range(100)]
+    _store(tmp_path, monkeypatch, values, [True] * 100 + [False] * 100)
+
+    def run(**config):
+        model = NamedModel(responses=["Conclusion: maybe", "Backtrack:", "Conclusion: yes"])
+        scorer = ScriptedScorer({"maybe": 25.0, "yes": 3.0}, default=25.0, match="substring")
+        return build_graph(model=model, scorer=scorer, config={"max_steps": 4, **config}).invoke({"question": Q})
+
+    out = run(risk=0.1)
+    assert [(e.action, e.op) for e in out["trace"] if e.action == "Conclusion"] == [("Conclusion", "reject"),
+                                                                                     ("Conclusion", "push")]
+    assert out["answer"] == "yes" and out["answer_validated"] is False
+    assert out["halt_reason"] == "rewritten_conclusion" and "first Conclusion only" in out["error"]
+    assert out["confidence"] is None
+    assert out["messages"][-1].response_metadata["halt_reason"] == "rewritten_conclusion"
+    out = run(sigma=10.0)  # the paper's threshold: its rule is Algorithm 1's, a rejection changes nothing
+    assert out["answer"] == "yes" and out["answer_validated"] is True and out["halt_reason"] == "validated"
+
+
 def test_a_calibration_that_certifies_nothing_validates_nothing_and_says_why(tmp_path, monkeypatch):
     _store(tmp_path, monkeypatch, [1.0, 2.0, 3.0, 4.0, 30.0], [True, True, False, True, False])
     out = _run(0.5, risk=0.05)

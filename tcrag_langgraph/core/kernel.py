@@ -461,11 +461,12 @@ class RunKernel:
 
     def halt(self, state: Mapping[str, Any], config: Optional[RunnableConfig], *, reason: Any,
              answer: Optional[str], validated: bool, error: Optional[str] = None,
-             extra: Optional[Mapping[str, Any]] = None, reviewed: bool = False) -> Command:
+             extra: Optional[Mapping[str, Any]] = None, reviewed: bool = False, calibrated: bool = True) -> Command:
         """End the run: the Halt event, the result fields, and the final message carrying the
         :class:`RunResult` text and metadata (the same for every method). With ``review_unvalidated``
         an answer the monitor did not validate goes to :meth:`review_unvalidated` first (``reviewed``:
-        this is the reviewer's decision)."""
+        this is the reviewer's decision). ``calibrated=False``: the stored calibration does not speak for
+        this answer, so it gets no confidence."""
         reason = getattr(reason, "value", reason)
         update: dict[str, Any] = dict(extra or {})
         final = {**state, **update}
@@ -478,7 +479,8 @@ class RunKernel:
                            detail=reason if error is None else f"{reason}: {error}")
         update.update(trace=self.record(final.get("trace"), config, event), answer=answer,
                       answer_validated=validated, halt_reason=reason, error=error,
-                      confidence=self.confidence_of(final.get("state_value")) if answer is not None else None)
+                      confidence=self.confidence_of(final.get("state_value")) if answer is not None and calibrated
+                      else None)
         if not reviewed and answer is not None and not validated and reason != "invalid_input" \
                 and self._run_config(config).review_unvalidated:
             return Command(goto=REVIEW_NODE, update=update)  # a person sees it before the run ends

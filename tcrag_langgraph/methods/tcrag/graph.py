@@ -404,6 +404,8 @@ class TCRAG(RunKernel):
         score = self.monitor(state, cfg, content, conclusion=True, usage=spent)  # a failure halts: scorer_error
         apply_rule = transitions.final_conclusion if state.get("final_conclusion") else transitions.conclusion
         t = apply_rule(self.machine(state), content, score=score)
+        if cfg.risk is not None:
+            t = transitions.rewritten_conclusion(t, state.get("trace", []))
         update = {**self.apply(state, config, t), **self.charged(state, spent)}
         if t.halt is None:  # rejected: kept as a Thought, the loop goes on
             update["token_usage"] = _spent_on(update.get("token_usage") or state.get("token_usage"),
@@ -419,8 +421,12 @@ class TCRAG(RunKernel):
             error = "no usable action after the re-prompts; the final Conclusion asked for instead was not validated"
         elif t.halt is HaltReason.MAX_STEPS:
             error = f"step budget of {cfg.max_steps} actions spent; the final Conclusion was not validated"
+        elif t.halt is HaltReason.REWRITTEN_CONCLUSION:
+            error = ("accepted below sigma after the state monitor rejected an earlier Conclusion; the risk's "
+                     "calibration speaks for a run's first Conclusion only, so it is not validated")
         return self.halt({**state, **update}, config, reason=reason, answer=t.answer,
-                         validated=t.halt is HaltReason.VALIDATED, error=error, extra=update)
+                         validated=t.halt is HaltReason.VALIDATED, error=error, extra=update,
+                         calibrated=t.halt is not HaltReason.REWRITTEN_CONCLUSION)
 
     def human_review(self, state: TCRAGState, config: RunnableConfig) -> Command[Literal["Generate", "__end__"]]:
         top = state["stack"][-1]

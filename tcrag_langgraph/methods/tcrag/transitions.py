@@ -17,6 +17,8 @@ review reject   the accepted Conclusion becomes a Thought again; ``s <- max(s, s
 repeated call   a Tool_Use identical to one on the stack is not run again: an error frame points at it
 step budget     one final Conclusion is scored: validated if ``f < sigma``, else the run halts
                 unvalidated with it as the answer
+risk            with a stated risk, only a run's first Conclusion can be validated: one accepted after a
+                rejection halts ``rewritten_conclusion``, unvalidated (:func:`rewritten_conclusion`)
 ==============  ==================================================================================
 
 Example:
@@ -53,6 +55,7 @@ __all__ = [
     "conclusion",
     "review_reject",
     "final_conclusion",
+    "rewritten_conclusion",
     "rejected_conclusion",
     "repeated_conclusion",
     "repeated_call",
@@ -76,6 +79,7 @@ class HaltReason(str, Enum):
     SCORER_ERROR = "scorer_error"  # the state monitor could not score
     INVALID_INPUT = "invalid_input"  # empty / too long / non-text question
     MONITOR_CANNOT_JUDGE = "monitor_cannot_judge"  # accepted below sigma, but the monitor cannot judge this model
+    REWRITTEN_CONCLUSION = "rewritten_conclusion"  # with risk: accepted below sigma after a rejected Conclusion
 
 
 @dataclass(frozen=True)
@@ -105,7 +109,7 @@ class Transition:
     def answer(self) -> Optional[str]:
         """The run's answer when this step ends it with one: the accepted Conclusion, or (budget
         spent) the top-most text the model wrote; ``None`` while the run goes on."""
-        if self.halt in (HaltReason.VALIDATED, HaltReason.CONCLUSION_UNMONITORED):
+        if self.halt in (HaltReason.VALIDATED, HaltReason.CONCLUSION_UNMONITORED, HaltReason.REWRITTEN_CONCLUSION):
             return self.stack[-1].content
         if self.halt in (HaltReason.MAX_STEPS, HaltReason.REPEATED_CONCLUSION):
             return unverified_answer(self.stack)
@@ -231,6 +235,22 @@ def final_conclusion(m: Machine, content: str, *, score: Optional[float]) -> Tra
     if t.halt is HaltReason.VALIDATED:
         return t
     return replace(t, halt=HaltReason.MAX_STEPS)
+
+
+def rewritten_conclusion(t: Transition, trace: Sequence[TraceEvent]) -> Transition:
+    """With a stated risk: ``t`` unchanged unless it validates a Conclusion written after the monitor
+    rejected one in this run; that one halts ``rewritten_conclusion``, unvalidated, as the answer.
+
+    Why: the risk's calibration measured the state value of runs' *first* Conclusions, and its
+    guarantee holds for answers exchangeable with those. A Conclusion written again after a rejection
+    is kept *because* its value fell below sigma: selected, not exchangeable. On 60 PubMedQA-L test
+    questions at risk 0.4 (session 18, the 1.5B, gen_answer_prob) the validated answers were 48.3 %
+    wrong with re-written ones counted; 40.5 % among first Conclusions (37 of 60)."""
+    if t.halt is not HaltReason.VALIDATED:
+        return t
+    if not any(e.action == Action.CONCLUSION.value and e.op == "reject" for e in trace):
+        return t
+    return replace(t, halt=HaltReason.REWRITTEN_CONCLUSION)
 
 
 def _normalised_text(text: str) -> str:
