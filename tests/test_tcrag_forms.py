@@ -6,8 +6,10 @@ model under it."""
 from __future__ import annotations
 
 import pytest
+from pydantic import BaseModel
 
 from tcrag_langgraph import TCRAGConfig, build_graph
+from tcrag_langgraph.core import answer_format
 from tcrag_langgraph.methods.tcrag.actions import parse_action
 from tcrag_langgraph.methods.tcrag.reply_forms import action_form
 from tcrag_langgraph.models.llama_cpp import LlamaCppChatModel
@@ -60,6 +62,14 @@ def test_the_action_grammar_refuses_what_a_run_cannot_use_as_it_is(lm, tools, re
 def test_the_grammar_offers_only_the_steps_actions(lm, tools):
     final = action_form(["Conclusion"], tools, ("A", "B", "C", "D")).grammar
     assert grammar_accepts(lm, final, "Conclusion: B") and not grammar_accepts(lm, final, "Thought: hmm")
+    class Dose(BaseModel):
+        drug: str
+        mg: int
+
+    structured = action_form(["Conclusion"], [], Dose).grammar  # a pydantic answer format: its JSON
+    assert answer_format.problem(Dose, '{"drug": "aspirin", "mg": 100}') is None
+    assert grammar_accepts(lm, structured, 'Conclusion: {"drug": "aspirin", "mg": 100}')
+    assert not grammar_accepts(lm, structured, 'Conclusion: {"drug": "aspirin", "mg": "a lot"}')
     without = action_form(["Thought", "Conclusion"], [], None).grammar  # no tools, no Backtrack, free answer
     assert grammar_accepts(lm, without, "Conclusion: Vitamin C deficiency.")
     assert not grammar_accepts(lm, without, "Backtrack: useless")

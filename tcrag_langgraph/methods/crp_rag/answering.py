@@ -15,6 +15,7 @@ from ...core.kernel import RunFailure
 from ...core.state import TraceEvent
 from .dag import best_path_score, node_by_id, select_paths
 from .prompts import LAST_STEP_NOTE, PROMPT_INTEGRATE, PROMPT_PATH_STEP
+from .reply_forms import answer_form
 from .state import CRPState
 
 __all__ = ["select", "answer"]
@@ -56,6 +57,7 @@ def answer(self, state: CRPState, config: RunnableConfig, runtime: Runtime) -> C
     cfg, _ = self.settings(config, runtime)
     fmt = cfg.answer_format
     rule = answer_format.instructions(fmt)
+    form = answer_form(fmt)  # the last step's and the integration's "Answer:" line in the allowed answers
     rule_note = f" The line after 'Answer:' is your Conclusion. {rule}" if rule else ""
     answers: list[str] = []
     final_messages: list[BaseMessage] = []
@@ -74,7 +76,7 @@ def answer(self, state: CRPState, config: RunnableConfig, runtime: Runtime) -> C
                                                  step=node["text"], knowledge=node["knowledge"],
                                                  last=LAST_STEP_NOTE + rule_note if last else "")
                 final_messages = [HumanMessage(content=prompt)]
-                result = self.ask(counters, final_messages, cfg, config).strip()
+                result = self.ask(counters, final_messages, cfg, config, form=form if last else None).strip()
                 conditions.append(f"{node['text']} {result}".strip())  # eq. 12: condition_n + result_n
             answers.append(result)
             counters["steps"] += 1
@@ -86,7 +88,7 @@ def answer(self, state: CRPState, config: RunnableConfig, runtime: Runtime) -> C
             listing = "\n".join(f"{i}. {a}" for i, a in enumerate(answers, 1))
             final_messages = [HumanMessage(content=PROMPT_INTEGRATE.format(question=question, answers=listing)
                                            + rule_note)]
-            text = self.ask(counters, final_messages, cfg, config).strip()
+            text = self.ask(counters, final_messages, cfg, config, form=form).strip()
         final = answer_format.final_answer(text, keep_label=False)
         structured, problem = answer_format.check(fmt, final)
         # Bounded: at most max_format_retries re-prompts when the answer does not fit the asked format.
@@ -94,7 +96,7 @@ def answer(self, state: CRPState, config: RunnableConfig, runtime: Runtime) -> C
             retries += 1
             final_messages = [*final_messages, AIMessage(content=text or "(empty)"),
                               HumanMessage(content=f"Your answer could not be used: {problem}. {rule}")]
-            text = self.ask(counters, final_messages, cfg, config).strip()
+            text = self.ask(counters, final_messages, cfg, config, form=form).strip()
             final = answer_format.final_answer(text, keep_label=False)
             structured, problem = answer_format.check(fmt, final)
     except RunFailure as failure:

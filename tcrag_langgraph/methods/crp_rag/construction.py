@@ -19,6 +19,7 @@ from .calibration import resolve_threshold
 from .dag import check_dag, known_conditions
 from .options import CRPRAGOptions
 from .parsing import ParsedStep, StepParseError, merged_step, parse_step
+from .reply_forms import MERGE_FORM, STEP_FORM
 from .prompts import PROMPT_GENERATE, PROMPT_MERGE, STEP_FORMAT_HELP
 from .state import CRPState
 
@@ -98,7 +99,7 @@ def sample_step(self, question: str, conditions: str, options: CRPRAGOptions, cf
                                                                                conditions=conditions))]
     for attempt in range(options.max_step_retries + 1):
         text = self.ask(counters, messages, cfg, config, max_new_tokens=options.max_step_tokens,
-                        temperature=options.sampling_temperature).strip()
+                        temperature=options.sampling_temperature, form=STEP_FORM).strip()
         try:
             return parse_step(text)
         except StepParseError as err:
@@ -140,7 +141,7 @@ def merge(self, question: str, samples: list[tuple[Optional[int], ParsedStep]], 
         if _normal(parsed.text) != _normal(before):
             merged = self.ask(counters, [HumanMessage(content=PROMPT_MERGE.format(
                 question=question, paragraphs=f"1. {before}\n2. {parsed.text}"))], cfg, config,
-                max_new_tokens=options.max_step_tokens, temperature=cfg.temperature).strip()
+                max_new_tokens=options.max_step_tokens, temperature=cfg.temperature, form=MERGE_FORM).strip()
             merged_text = merged_step(merged)
             if merged_text is None:  # no labelled step (e.g. only a preamble): keep the first step
                 repair = "no 'Next step:' line in the merge reply: kept the first step"

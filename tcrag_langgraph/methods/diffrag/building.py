@@ -13,12 +13,14 @@ from typing import Any, Iterable, Mapping, Optional, Sequence
 from langchain_core.language_models import BaseChatModel
 
 from ...core.config import TCRAGConfig
+from ...models.constrained import constraint_for
 from ...tools.chunking import Document, Section, chunk_document
 from .extraction import ExtractionCalls, extract_triples
 from .knowledge import DiffRAGKnowledge, SolvedCase
 from .options import DiffRAGOptions, max_new_tokens_for
 from .parsing import Triple
 from .prompts import EXTRACT_SYSTEM
+from .reply_forms import triples_form
 
 #: Bumped when a prompt or the stored layout changes, so cached graphs are rebuilt.
 FORMAT_VERSION = 1
@@ -91,7 +93,7 @@ def build_macro_micro_graph(
             triples = extract_triples(
                 model, EXTRACT_SYSTEM, f"Text:\n{chunk.search_text}\n\nTriples:",
                 max_triples=options.max_triples_per_passage, max_retries=options.max_format_retries,
-                max_new_tokens=max_new_tokens_for(options, config), calls=calls,
+                max_new_tokens=max_new_tokens_for(options, config), calls=calls, constrain=config.constrain_replies,
             )
             for triple in triples:
                 knowledge.add_triple(triple, passage=passage)
@@ -122,6 +124,7 @@ def add_cases(
         triples = extract_triples(
             model, EXTRACT_SYSTEM, text, max_triples=options.max_triples_per_passage,
             max_retries=options.max_format_retries, max_new_tokens=max_new_tokens_for(options, config),
+            constrain=config.constrain_replies,
         )
         for triple in triples:
             knowledge.add_triple(triple, case=node)
@@ -141,12 +144,15 @@ _DEFAULT_MEMO: dict[str, DiffRAGKnowledge] = {}
 
 
 def _content_key(model_id: str, documents: Sequence[Document], cases: Sequence[SolvedCase],
-                 options: DiffRAGOptions, max_new_tokens: int) -> str:
+                 options: DiffRAGOptions, max_new_tokens: int, constrained: Optional[str] = None) -> str:
     digest = hashlib.sha256()
     build = {k: getattr(options, k) for k in ("max_passages", "chunk_tokens", "chunk_overlap",
                                               "max_triples_per_passage", "max_format_retries")}
-    digest.update(json.dumps({"v": FORMAT_VERSION, "model": model_id, "options": build,
-                              "max_new_tokens": max_new_tokens, "prompt": EXTRACT_SYSTEM}, sort_keys=True).encode())
+    what = {"v": FORMAT_VERSION, "model": model_id, "options": build, "max_new_tokens": max_new_tokens,
+            "prompt": EXTRACT_SYSTEM}
+    if constrained is not None:  # triples written under a grammar are other triples (unconstrained keys as before)
+        what.update(constrained=constrained, form=triples_form(options.max_triples_per_passage).grammar)
+    digest.update(json.dumps(what, sort_keys=True).encode())
     for d in documents:
         digest.update(json.dumps([d.source_id, d.title, d.text, [(s.name, s.text) for s in d.sections]]).encode())
     for c in cases:
@@ -184,8 +190,9 @@ def default_knowledge(
             model_id = chat_model_id(model)
         except ValueError:
             model_id = None
+    constraint = constraint_for(model, triples_form(options.max_triples_per_passage)) if config.constrain_replies else None
     key = _content_key(model_id or f"unnamed:{id(model)}", docs, list(cases), options,
-                       max_new_tokens_for(options, config))
+                       max_new_tokens_for(options, config), constraint.how if constraint is not None else None)
     path = knowledge_cache_dir() / f"{key}.nq.gz" if model_id else None
     with _DEFAULT_LOCK:
         if key in _DEFAULT_MEMO:

@@ -14,6 +14,7 @@ from ...core.config import TCRAGConfig
 from ...core.kernel import RunKernel
 from .parsing import Triple, parse_triples
 from .prompts import REPROMPT
+from .reply_forms import triples_form
 
 
 @dataclass
@@ -38,11 +39,13 @@ def extract_triples(
     allow_unknown: bool = False,
     config: Optional[RunnableConfig] = None,
     calls: Optional[ExtractionCalls] = None,
+    constrain: Optional[bool] = None,
 ) -> tuple[Triple, ...]:
     """Ask ``model`` for triples about ``text``; re-prompt up to ``max_retries`` times while none parse.
 
-    Returns the triples (possibly none: the caller decides what an empty result means). Model
-    failures propagate (as the kernel's ``RunFailure``).
+    ``constrain``: constrain the replies to :func:`.reply_forms.triples_form` where the model takes it
+    (None: the kernel's ``constrain_replies``). Returns the triples (possibly none: the caller decides
+    what an empty result means). Model failures propagate (as the kernel's ``RunFailure``).
     """
     calls = calls if calls is not None else ExtractionCalls()
     messages: list[BaseMessage] = [
@@ -50,10 +53,12 @@ def extract_triples(
         HumanMessage(content=text),
     ]
     kernel = model if isinstance(model, RunKernel) else RunKernel(model, [], None, TCRAGConfig())
+    cfg = kernel.base_config if constrain is None else kernel.base_config.model_copy(
+        update={"constrain_replies": constrain})
     for attempt in range(max_retries + 1):
         work: dict[str, Any] = {}
-        out = kernel.ask(work, messages, kernel.base_config, config, max_new_tokens=max_new_tokens,
-                         temperature=temperature)  # the kernel's model call (a failure raises RunFailure)
+        out = kernel.ask(work, messages, cfg, config, max_new_tokens=max_new_tokens, temperature=temperature,
+                         form=triples_form(max_triples))  # a failure raises RunFailure
         calls.llm_calls += work["llm_calls"]
         calls.prompt_tokens += work["token_usage"]["prompt"]
         calls.completion_tokens += work["token_usage"]["completion"]

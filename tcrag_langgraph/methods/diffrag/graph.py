@@ -147,7 +147,7 @@ class DiffRAG(RunKernel):
                 self, PATH_SYSTEM, f"Question: {state['question']}\n\nReasoning path:",
                 max_triples=opts.max_path_triples, max_retries=opts.max_format_retries,
                 max_new_tokens=max_new_tokens_for(opts, cfg), temperature=cfg.temperature,
-                allow_unknown=True, config=config, calls=calls,
+                allow_unknown=True, config=config, calls=calls, constrain=cfg.constrain_replies,
             )
         finally:  # the calls made count, whether or not one failed
             work.update(llm_calls=work["llm_calls"] + calls.llm_calls, token_usage={

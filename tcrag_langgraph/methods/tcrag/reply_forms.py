@@ -101,9 +101,8 @@ def _answer_rule(answer: Any) -> str:
     if isinstance(answer, tuple):  # choices, as written or capitalised, then at most a full stop
         spelled = sorted({s for c in answer for s in (c, c[:1].upper() + c[1:])})
         return "answer ::= ( " + " | ".join(gbnf_literal(s) for s in spelled) + ' ) "."?'
-    if isinstance(answer, str):  # a pydantic answer format's JSON schema
-        return json_schema_rules(json.loads(answer), "answer")
-    return f"answer ::= {_LINE}"
+    rules = _schema_rules(answer, "answer") if isinstance(answer, str) else None  # a pydantic format's schema
+    return rules or f"answer ::= {_LINE}"
 
 
 def _json_form(allowed: Sequence[str], tools: Sequence[str]) -> dict:
