@@ -405,9 +405,11 @@ def test_speculative_greedy_output_is_the_models_own_on_20_prompts():
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
     from local_backend import SPEC_PROMPTS
 
-    plain = LlamaCppChatModel(model_path=str(QWEN_15), temperature=0.0, kv_cache=False, max_new_tokens=24, n_threads=1)
+    # the machine's threads ($TCRAG_THREADS, else every core): alone in a test process (CI's two idle cores)
+    # two threads took this test from 103 s to ~60 s; set TCRAG_THREADS=1 on a machine busy with other work
+    plain = LlamaCppChatModel(model_path=str(QWEN_15), temperature=0.0, kv_cache=False, max_new_tokens=24)
     spec = LlamaCppChatModel(model_path=str(QWEN_15), temperature=0.0, kv_cache=False, max_new_tokens=24,
-                             draft_model_path=str(QWEN_05), n_draft=4, n_threads=1)
+                             draft_model_path=str(QWEN_05), n_draft=4)
     assert len(SPEC_PROMPTS) == 20
     differ = [(p, a, b) for p in SPEC_PROMPTS
               for a, b in [(plain.invoke([HumanMessage(content=p)]).content, spec.invoke([HumanMessage(content=p)]).content)]
@@ -419,7 +421,7 @@ def test_speculative_greedy_output_is_the_models_own_on_20_prompts():
     assert stats.resyncs > 0  # the rule that makes them identical was exercised, not just lucky
     # with the cache on, a plain call after speculative ones builds only on the exact part of the cache
     both = LlamaCppChatModel(model_path=str(QWEN_15), temperature=0.0, max_new_tokens=24,
-                             draft_model_path=str(QWEN_05), n_draft=4, n_threads=1)
+                             draft_model_path=str(QWEN_05), n_draft=4)
     msgs = [HumanMessage(content=SPEC_PROMPTS[0])]
     assert both.invoke(msgs).content == plain.invoke(msgs).content
     assert both.invoke(msgs, temperature=0.5, max_new_tokens=2).content  # a sampled call: no draft
