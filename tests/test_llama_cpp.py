@@ -399,19 +399,21 @@ QWEN_15 = QWEN_DIR / "qwen2.5-coder-1.5b-instruct.gguf"
 @pytest.mark.timeout(1500)
 @pytest.mark.skipif(not (QWEN_05.is_file() and QWEN_15.is_file()),
                     reason="needs the Qwen2.5-Coder 0.5B and 1.5B GGUFs (../shared/models/get_qwen.sh)")
-def test_speculative_greedy_output_is_the_models_own_on_20_prompts():
+def test_speculative_greedy_output_is_the_models_own_on_10_prompts():
     """The 0.5B drafts for the 1.5B (one tokenizer): greedy replies identical to the 1.5B alone, token
-    for token, on 20 prompts; near ties were met and decided by the one-token kernels (resyncs)."""
+    for token, on the first 10 of the benchmark's 20 prompts (benchmarks/local_backend.py runs all 20;
+    before the resync rule 6 of 20 differed); near ties were met and decided by the one-token kernels
+    (resyncs: 0-8 on each of these prompts)."""
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
     from local_backend import SPEC_PROMPTS
 
-    # the machine's threads ($TCRAG_THREADS, else every core): alone in a test process (CI's two idle cores)
-    # two threads took this test from 103 s to ~60 s; set TCRAG_THREADS=1 on a machine busy with other work
+    # the machine's threads ($TCRAG_THREADS, else every core): alone in a test process (CI's two idle cores,
+    # two threads took it from 103 s to 63 s on 20 prompts); set TCRAG_THREADS=1 on a machine busy with other work
     plain = LlamaCppChatModel(model_path=str(QWEN_15), temperature=0.0, kv_cache=False, max_new_tokens=24)
     spec = LlamaCppChatModel(model_path=str(QWEN_15), temperature=0.0, kv_cache=False, max_new_tokens=24,
                              draft_model_path=str(QWEN_05), n_draft=4)
-    assert len(SPEC_PROMPTS) == 20
-    differ = [(p, a, b) for p in SPEC_PROMPTS
+    prompts = SPEC_PROMPTS[:10]
+    differ = [(p, a, b) for p in prompts
               for a, b in [(plain.invoke([HumanMessage(content=p)]).content, spec.invoke([HumanMessage(content=p)]).content)]
               if a != b]
     assert differ == []
