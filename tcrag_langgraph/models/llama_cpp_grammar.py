@@ -99,9 +99,10 @@ class GreedyGrammar:
     def sample(self, ctx: Any, idx: int = -1) -> int:
         import numpy as np
 
+        from .llama_cpp_native import logits_row
+
         llama_cpp = import_llama_cpp()
-        # llama.cpp's own logits row, read in place (the model's lock is held): no copy per token
-        row = np.ctypeslib.as_array(llama_cpp.llama_get_logits_ith(ctx.ctx, idx), shape=(self._lm.n_vocab,))
+        row = logits_row(ctx, idx, self._lm.n_vocab)
         token = int(np.argmax(row))
         if not self._admits(token):
             data = np.recarray((row.size,), dtype=np.dtype([("id", np.intc), ("logit", np.single), ("p", np.single)],
