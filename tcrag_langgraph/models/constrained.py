@@ -28,6 +28,7 @@ budget is cut whatever the grammar says. ``TCRAGConfig(constrain_replies=False)`
 
 from __future__ import annotations
 
+import contextvars
 import json
 import threading
 import weakref
@@ -216,6 +217,12 @@ def served_constraint(model: Any) -> Optional[str]:
 
 
 def _probe(model: Any) -> Optional[str]:
+    # asked in a context of its own: inside the run that first needs it, LangChain's callbacks counted the
+    # probe's calls into that run, and with runs in flight which row carried them was a race
+    return contextvars.Context().run(_ask_server, model)
+
+
+def _ask_server(model: Any) -> Optional[str]:
     found: Optional[str] = None
     try:
         reply = model.invoke(_PROBE_PROMPT, max_tokens=8, extra_body={GRAMMAR_KEY: _PROBE_GRAMMAR})
