@@ -150,8 +150,13 @@ def _load(path: str, n_ctx: int, n_threads: int, n_gpu_layers: int, name: Option
     if n_gpu_layers != 0:
         require_gpu_offload()
     try:
+        # use_mmap=False: llama.cpp re-lays most quantized weights out for the CPU's kernels (its
+        # "CPU_REPACK" buffer) and, from a mapped file, keeps the mapped originals resident too: for the
+        # 1.5B, 1.06 GB mapped + 0.60 GB repacked. Read into memory, each weight is held once (peak
+        # RSS 2.12 -> 1.53 GB after load and a 1,200-token prompt), with the same logits bit for bit
+        # and the same speed (benchmarks/RESULTS.md section 20).
         llm = llama_cpp.Llama(model_path=str(file), n_ctx=n_ctx, n_threads=n_threads, n_threads_batch=n_threads,
-                              n_gpu_layers=n_gpu_layers, logits_all=False, verbose=False)
+                              n_gpu_layers=n_gpu_layers, logits_all=False, use_mmap=False, verbose=False)
     except ValueError as exc:
         check_gguf_file(file)  # a damaged file is named as such
         # The file is well-formed: llama.cpp does not know its architecture or a part of it.
