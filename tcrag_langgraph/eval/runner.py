@@ -255,6 +255,26 @@ def _json_ready(value: Any) -> Any:
     return dump(mode="json") if callable(dump) else value
 
 
+#: Characters of a step's text and detail a result row keeps (the whole text is the run's trace).
+TRACE_TEXT_CHARS = 160
+
+
+def compact_trace(trace: Optional[Iterable[Any]]) -> list[dict[str, Any]]:
+    """A run's trace events as short dicts for a result row: step, action, op, state value, and the
+    first :data:`TRACE_TEXT_CHARS` characters of the step's text and detail (a tool call's input and
+    error; observations are in the row's ``evidence``)."""
+    rows = []
+    for event in trace or ():
+        row: dict[str, Any] = {"step": event.step, "action": event.action, "op": event.op,
+                               "content": (event.content or "")[:TRACE_TEXT_CHARS]}
+        if event.state_value is not None:
+            row["value"] = round(float(event.state_value), 4)
+        if event.detail:
+            row["detail"] = event.detail[:TRACE_TEXT_CHARS]
+        rows.append(row)
+    return rows
+
+
 def repeated_executed_calls(trace: Optional[Iterable[Any]]) -> int:
     """Tool calls that were *run* although an identical call (same tool, normalised input) was run
     before in the same question, read from the trace's Tool_Use events (calls refused as repeated
@@ -342,6 +362,8 @@ def _run_one(
         # Conclusions the state monitor rejected, in order (what a rejection changed: eval.rejections)
         "rejected": [e.content for e in result.trace if e.action == "Conclusion" and e.op == "reject"],
         "repeated_refused_calls": result.repeated_tool_calls,
+        # each step, in short: why a run took the steps it did, read after the run (eval.rejections)
+        "trace": compact_trace(result.trace),
         **cost.to_dict(),
         # which code and prompts made the row (a resumed run may span an edit: eval.provenance)
         "code_version": code_version(),

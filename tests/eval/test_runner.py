@@ -208,6 +208,12 @@ def test_rows_keep_the_evidence_and_the_rejected_conclusions_and_what_a_rejectio
     assert (e.questions, e.rejected, e.changed) == (1, 1, 1)
     assert (e.wrong_to_right, e.right_to_wrong) == ((1, 0) if gold_yes else (0, 1))
     assert effects["sr-rag"].rejected == 0
+    # the row's short trace says what each step did, in order
+    steps = [(e["action"], e["op"]) for e in tc["trace"]]
+    assert steps == [("User_Query", "push"), ("Conclusion", "reject"), ("Tool_Use", "push"),
+                     ("Conclusion", "push"), ("Halt", "halt")], steps
+    assert tc["trace"][1]["content"] == "no" and tc["trace"][1]["value"] == 50.0
+    assert "aspirin" in next(e["detail"] for e in tc["trace"] if e["action"] == "Tool_Use")
 
 
 def test_a_folder_another_process_is_writing_is_refused_until_that_process_ends(tmp_path):
