@@ -36,14 +36,31 @@ def run(responses, *, scorer=None, tools=(kg_rag,), **cfg):
 
 # ----- repeated tool calls -----
 
-def test_an_identical_tool_call_is_not_run_again_and_points_at_the_earlier_result():
+def test_an_identical_tool_call_is_not_run_again_and_the_model_is_told_where_its_result_is():
     out, model = run(['Tool_Use: KG_RAG\nTool_Input: scurvy', 'Tool_Use: KG_RAG\nTool_Input: "Scurvy "',
                       "Conclusion: Vitamin C"])
     assert calls == ["scurvy"]  # executed once
-    refused = out["stack"][2].tool_call
-    assert refused.is_error and refused.error_kind == "repeated_call" and "step 1" in refused.observation
-    assert out["tool_calls"] == 1 and out["repeated_tool_calls"] == 1
+    # nothing is pushed for the refused call: the stack holds the question, the one call and the answer
+    assert [f.action for f in out["stack"]] == [Action.USER_QUERY, Action.TOOL_USE, Action.CONCLUSION]
+    told = model.seen[2][-1].content  # the re-prompt after the repeated call
+    assert "already called KG_RAG with this input at step 1" in told and "Do not call it again" in told
+    assert out["tool_calls"] == 1 and out["repeated_tool_calls"] == 1 and out["steps"] == 2
     assert out["answer"] == "Vitamin C" and out["answer_validated"]
+    assert out["token_usage"]["completion_refused_repeat"] > 0
+
+
+@pytest.mark.parametrize("final_value, halt", [(50.0, "repeated_call"), (2.0, "validated")])
+def test_a_second_repeated_call_ends_the_search_with_one_final_conclusion(final_value, halt):
+    scorer = ScriptedScorer({"Vitamin C": final_value}, default=50.0)
+    out, model = run(['Tool_Use: KG_RAG\nTool_Input: scurvy', 'Tool_Use: KG_RAG\nTool_Input: scurvy',
+                      'Tool_Use: KG_RAG\nTool_Input: scurvy', "Conclusion: Vitamin C"], scorer=scorer, sigma=10)
+    assert calls == ["scurvy"] and out["repeated_tool_calls"] == 2
+    assert "The search has ended" in model.seen[3][-1].content and "Conclusion: <answer>" in model.seen[3][-1].content
+    assert len(model.seen) == 4  # no step after the second repeat but the final Conclusion
+    assert out["halt_reason"] == halt and out["answer"] == "Vitamin C"
+    assert out["answer_validated"] is (halt == "validated")
+    if halt == "repeated_call":
+        assert "search ended" in out["error"]
 
 
 def test_the_same_call_is_allowed_again_after_its_frame_was_popped():

@@ -40,7 +40,7 @@ from ...core.config import TCRAGConfig
 from ...core.events import EVENT_NAME
 from ...core.kernel import RunFailure, RunKernel
 from ...core.run_input import extract_question, last_human_is, question_problem
-from ...core.state import Action, TraceEvent, observations
+from ...core.state import Action, Frame, TraceEvent, observations
 from ...models.local import chat_model_id
 from ...monitor.calibration import confidence_map, resolve_monitor, resolve_sigma, risk_sigma, stored_combination
 from ...monitor.consistency import SamplingConsistencyScorer
@@ -51,7 +51,7 @@ from ...monitor.state_values import SAMPLED_VALUES, uses_evidence
 from ...tools.tokens import count_tokens
 from . import transitions
 from .actions import ActionParseError, format_instructions, parse_action
-from .prompting import demonstrations, final_turn_text, rejected_note, system_prompt, turn_text
+from .prompting import demonstrations, final_turn_text, rejected_note, repeated_call_note, system_prompt, turn_text
 from .reply_forms import action_form
 from .state import ParsedAction, TCRAGState, render_stack
 from .transitions import HaltReason, Machine, Transition
@@ -192,7 +192,8 @@ class TCRAG(RunKernel):
             "sigma": None, "metric": cfg.metric, "state_value": cfg.initial_state_value,
             "token_usage": {"prompt": 0, "completion": 0}, "tool_calls": 0, "pending_action": None,
             "structured_answer": None, "final_conclusion": False, "repeated_tool_calls": 0, "last_call": False,
-            "repeat_warned": None, "generated_values": {}, "answer_generation_values": {}, "records_read": [],
+            "repeat_warned": None, "repeat_call_warned": False, "search_ended": False, "generated_values": {},
+            "answer_generation_values": {}, "records_read": [],
         }
         question, problem = extract_question(state, cfg)
         if problem is None and (cfg.risk, cfg.risk_delta) != (self.base_config.risk, self.base_config.risk_delta):
@@ -220,7 +221,7 @@ class TCRAG(RunKernel):
         stack = state["stack"]
         steps = state.get("steps", 0)
         # budget spent, or no usable action after the re-prompts: one last Conclusion is asked for, then scored
-        final = steps >= cfg.max_steps or bool(state.get("last_call"))
+        final = steps >= cfg.max_steps or bool(state.get("last_call")) or bool(state.get("search_ended"))
         allowed = ["Conclusion"] if final else cfg.allowed_actions(has_tools=bool(self.tools))
         # a rejected Conclusion stands until new evidence, a Backtrack or a Summary answers it
         rejected = None if final else transitions.unanswered_rejection(state.get("trace", []))
@@ -232,7 +233,9 @@ class TCRAG(RunKernel):
             for shown, reply in demonstrations(tools, offered, language=cfg.language):
                 messages += [HumanMessage(content=shown), AIMessage(content=reply)]
         rendered = render_stack(stack)
-        turn = (final_turn_text(rendered, answer_rule=answer_rule) if final
+        why = ("The search has ended: a tool call whose result is above was written again."
+               if state.get("search_ended") else "No steps are left.")
+        turn = (final_turn_text(rendered, answer_rule=answer_rule, why=why) if final
                 else turn_text(rendered, steps_left=cfg.max_steps - steps, answer_rule=answer_rule,
                                rejected=rejected_note(rejected, transitions.ways_after_rejection(allowed), list(self.tools))
                                if rejected is not None else ""))
@@ -358,12 +361,7 @@ class TCRAG(RunKernel):
             tool_input = state["question"]  # the paper's Tool_Use names only the tool: search the query
         earlier = transitions.repeated_call(state["stack"], tool.name, tool_input)
         if earlier is not None:  # the result is on the stack already: running it again cannot help
-            t = transitions.refuse_repeated_call(self.machine(state), tool.name, tool_input, earlier)
-            update = self.apply(state, config, t)
-            update["repeated_tool_calls"] = state.get("repeated_tool_calls", 0) + 1
-            update["token_usage"] = _spent_on(state.get("token_usage"), "completion_refused_repeat",
-                                              f"Tool_Use: {tool.name}\nTool_Input: {tool_input}")
-            return Command(goto="Generate", update=update)
+            return self.refuse_repeated_call(state, config, tool.name, tool_input, earlier)
         work = self.counters(state)
         # what the run has read goes with the call (the kernel's): outbound tools refuse (tools/layer/egress.py)
         record = self.call_tool(work, tool, tool_input, cfg, config)
@@ -372,6 +370,31 @@ class TCRAG(RunKernel):
         t = transitions.tool_use(self.machine(state), record, content=pending.content, detail=detail)
         update = self.apply(state, config, t)
         update["tool_calls"] = work["tool_calls"]
+        return Command(goto="Generate", update=update)
+
+    def refuse_repeated_call(self, state: TCRAGState, config: RunnableConfig, tool: str, tool_input: Any,
+                             earlier: Frame) -> Command:
+        """A call whose result is on the stack is not run and pushes nothing. The first time, the model is
+        told where the result is and what to do instead (as a re-prompt, like a format error); the
+        second time the search ends: one final Conclusion is asked for and scored. Pushing the refusal
+        as a frame (before) made the 1.5B copy the call again, up to five times in a row, and Backtrack
+        the refusal (benchmarks/RESULTS.md section 21)."""
+        ended = bool(state.get("repeat_call_warned"))
+        written = f"Tool_Use: {tool}\nTool_Input: {tool_input if isinstance(tool_input, str) else json.dumps(tool_input)}"
+        note = repeated_call_note(tool, tool_input, earlier.step, search_ended=ended)
+        trace = self.record(state.get("trace"), config, TraceEvent(
+            step=state.get("steps", 0), action="Tool_Use", op="format_error", content=written[:500],
+            stack_depth=len(state["stack"]), state_value=state.get("state_value"),
+            detail=json.dumps({"tool": tool, "input": tool_input, "error": "repeated_call",
+                               "earlier_step": earlier.step, "search_ended": ended}, ensure_ascii=False, default=str)))
+        update: dict[str, Any] = {
+            "trace": trace, "pending_action": None,
+            "repeated_tool_calls": state.get("repeated_tool_calls", 0) + 1,
+            "token_usage": _spent_on(state.get("token_usage"), "completion_refused_repeat", written)}
+        if ended:
+            update["search_ended"] = True
+        else:
+            update.update(repeat_call_warned=True, format_feedback=[{"output": written, "error": note}])
         return Command(goto="Generate", update=update)
 
     def backtrack(self, state: TCRAGState, config: RunnableConfig) -> Command[Literal["Generate"]]:
@@ -416,7 +439,11 @@ class TCRAG(RunKernel):
         if t.halt is HaltReason.VALIDATED and cfg.require_review:
             return Command(goto="Human_Review", update=update)
         reason, error = t.halt, None
-        if t.halt is HaltReason.MAX_STEPS and state.get("last_call"):
+        if t.halt is HaltReason.MAX_STEPS and state.get("search_ended"):
+            reason = HaltReason.REPEATED_CALL
+            error = ("the model wrote again a tool call whose result was on the stack, after being told once; "
+                     "the search ended and the final Conclusion was not validated")
+        elif t.halt is HaltReason.MAX_STEPS and state.get("last_call"):
             reason = HaltReason.FORMAT_ERROR
             error = "no usable action after the re-prompts; the final Conclusion asked for instead was not validated"
         elif t.halt is HaltReason.MAX_STEPS:

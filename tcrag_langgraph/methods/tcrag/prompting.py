@@ -10,7 +10,8 @@ from typing import Any, Optional, Sequence
 
 from langchain_core.tools import BaseTool
 
-__all__ = ["system_prompt", "demonstrations", "load_prompt_file", "turn_text", "final_turn_text", "rejected_note"]
+__all__ = ["system_prompt", "demonstrations", "load_prompt_file", "turn_text", "final_turn_text", "rejected_note",
+           "repeated_call_note"]
 
 
 @lru_cache(maxsize=16)
@@ -62,6 +63,17 @@ def rejected_note(event: Any, ways: Sequence[str], tool_names: Sequence[str] = (
     return f"{head} Before you conclude again, {purposes}. " + format_instructions(ways, tool_names)
 
 
+def repeated_call_note(tool: str, tool_input: Any, earlier_step: int, *, search_ended: bool) -> str:
+    """What the model is told when it writes a tool call whose result is already on the stack (it is
+    not run again, and nothing is pushed): once, where that result is and what to do instead; the
+    second time, that the search has ended."""
+    head = f"You already called {tool} with this input at step {earlier_step}; its result is on the stack above."
+    if search_ended:
+        return f"{head} The search has ended."
+    return (f"{head} Do not call it again: write your Conclusion from what is on the stack, or call a tool "
+            "with a different Tool_Input. Repeating a call ends the search.")
+
+
 def turn_text(rendered_stack: str, *, steps_left: Optional[int] = None, answer_rule: str = "",
               rejected: str = "") -> str:
     """The user turn that shows the stack and asks for the next action (with the steps left, the
@@ -75,23 +87,37 @@ def turn_text(rendered_stack: str, *, steps_left: Optional[int] = None, answer_r
     return "Begin!\n" + rendered_stack + "\n\nWrite your next action." + tail
 
 
-def final_turn_text(rendered_stack: str, *, answer_rule: str = "") -> str:
-    """The user turn once the step budget is spent: only a Conclusion is asked for."""
+def final_turn_text(rendered_stack: str, *, answer_rule: str = "", why: str = "No steps are left.") -> str:
+    """The user turn once the step budget is spent (or the search ended, ``why`` says): only a
+    Conclusion is asked for."""
     rule = f" {answer_rule}" if answer_rule else ""
-    return ("Begin!\n" + rendered_stack + "\n\nNo steps are left. Write your final answer to the User_Query now, "
+    return ("Begin!\n" + rendered_stack + f"\n\n{why} Write your final answer to the User_Query now, "
             "as one line: Conclusion: <answer>." + rule)
 
 
 def demonstrations(tools: Sequence[BaseTool], allowed_actions: Sequence[str], *, language: str = "en") -> list[tuple[str, str]]:
     """Worked (user turn, reply) pairs showing the format; small models follow examples far better
-    than instructions. Only actions available in this run are demonstrated."""
+    than instructions. Only actions available in this run are demonstrated.
+
+    With tools, the examples search first and then conclude from the observation (shown as a real
+    one is); the Thought-first examples are for runs without tools. On 60 PubMedQA-L trainval
+    questions the 1.5B never wrote a Thought with tools, and with no example that had an observation
+    on the stack it called the same search again right after its result, 35 times
+    (benchmarks/RESULTS.md section 21)."""
+    from ...core.state import Action, Frame, ToolCallRecord
+
+    tool = tools[0].name if tools else ""
     pairs = []
     for example in json.loads(load_prompt_file(f"examples_{language}.json")):
         if any(need not in allowed_actions for need in example["needs"]):
             continue
-        if "Tool_Use" in example["needs"] and not tools:
+        if ("Tool_Use" in example["needs"] and not tools) or (example.get("without_tools") and tools):
             continue
-        reply = Template(example["reply"]).safe_substitute(tool=tools[0].name if tools else "")
-        pairs.append((turn_text(example["stack"]), reply))
+        stack = example["stack"]
+        seen = example.get("observation")
+        if seen:
+            call = ToolCallRecord(tool=tool, tool_input=seen["input"], observation=seen["text"])
+            stack += "\n" + Frame(action=Action.TOOL_USE, tool_call=call).render()
+        pairs.append((turn_text(stack), Template(example["reply"]).safe_substitute(tool=tool)))
     return pairs
 

@@ -71,6 +71,8 @@ class TCRAGState(MethodState, total=False):
     final_conclusion: bool  # the step budget is spent: the pending Conclusion is the last one
     last_call: bool  # no usable action after the re-prompts: only a final Conclusion is asked for
     repeated_tool_calls: int  # identical tool calls refused (not executed again)
+    repeat_call_warned: bool  # the model was told once that a call's result is on the stack
+    search_ended: bool  # it wrote such a call again: only a final Conclusion is asked for
     #: the step of the rejection whose Conclusion the model wrote again and was told to leave: a second
     #: repeat halts the run (repeated_conclusion)
     repeat_warned: Optional[int]

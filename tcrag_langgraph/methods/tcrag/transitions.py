@@ -62,7 +62,6 @@ __all__ = [
     "unanswered_rejection",
     "ways_after_rejection",
     "WAYS_AFTER_REJECTION",
-    "refuse_repeated_call",
     "unverified_answer",
 ]
 
@@ -80,6 +79,7 @@ class HaltReason(str, Enum):
     INVALID_INPUT = "invalid_input"  # empty / too long / non-text question
     MONITOR_CANNOT_JUDGE = "monitor_cannot_judge"  # accepted below sigma, but the monitor cannot judge this model
     REWRITTEN_CONCLUSION = "rewritten_conclusion"  # with risk: accepted below sigma after a rejected Conclusion
+    REPEATED_CALL = "repeated_call"  # a tool call on the stack written again after a warning: the search ended
 
 
 @dataclass(frozen=True)
@@ -350,17 +350,6 @@ def repeated_call(stack: list[Frame], tool: str, tool_input: Any) -> Optional[Fr
             if call.tool == tool and _normalised_input(call.tool_input) == key:
                 return frame
     return None
-
-
-def refuse_repeated_call(m: Machine, tool: str, tool_input: Any, earlier: Frame) -> Transition:
-    """Push a short error frame instead of running a call that is already on the stack."""
-    record = ToolCallRecord(
-        tool=tool, tool_input=tool_input, is_error=True, error_kind="repeated_call",
-        observation=(f"[{tool} error: repeated_call] this exact call was already made at step {earlier.step}; "
-                     "its result is above. Use it, call with a different input, or write your Conclusion."))
-    return tool_use(m, record, content=tool, detail=json.dumps(
-        {"tool": tool, "input": tool_input, "error": "repeated_call", "earlier_step": earlier.step},
-        ensure_ascii=False, default=str))
 
 
 #: Frames whose text the model wrote itself; only these can stand as an unverified answer.
