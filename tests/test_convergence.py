@@ -195,3 +195,17 @@ def test_the_parser_never_takes_an_action_from_copied_tool_output():
     assert parsed.action is Action.THOUGHT and parsed.content == "the source says vitamin C"
     parsed = parse_action("│ Conclusion: Vitamin B3\nPlan: check another source", ["DOC_RAG"])
     assert parsed.action is Action.PLAN
+
+
+def test_a_repeated_call_while_a_rejected_conclusion_stands_halts_with_that_conclusion():
+    scorer = ScriptedScorer({"Vitamin B3": 50.0}, default=2.0)
+    out, model = run(['Tool_Use: KG_RAG\nTool_Input: scurvy', "Conclusion: Vitamin B3",
+                      'Tool_Use: KG_RAG\nTool_Input: scurvy', "Conclusion: Vitamin C"], scorer=scorer, sigma=10)
+    assert calls == ["scurvy"] and out["repeated_tool_calls"] == 1
+    assert len(model.seen) == 3  # nothing new to search: no further call
+    assert out["halt_reason"] == "repeated_call" and out["answer"] == "Vitamin B3" and not out["answer_validated"]
+    assert "rejected the Conclusion of step 2" in out["error"]
+    # a new search after the rejection answers it: the run goes on
+    out, model = run(['Tool_Use: KG_RAG\nTool_Input: scurvy', "Conclusion: Vitamin B3",
+                      'Tool_Use: KG_RAG\nTool_Input: vitamin C', "Conclusion: Vitamin C"], scorer=scorer, sigma=10)
+    assert out["halt_reason"] == "validated" and out["answer"] == "Vitamin C"

@@ -361,7 +361,7 @@ class TCRAG(RunKernel):
             tool_input = state["question"]  # the paper's Tool_Use names only the tool: search the query
         earlier = transitions.repeated_call(state["stack"], tool.name, tool_input)
         if earlier is not None:  # the result is on the stack already: running it again cannot help
-            return self.refuse_repeated_call(state, config, tool.name, tool_input, earlier)
+            return self.refuse_repeated_call(state, config, cfg, tool.name, tool_input, earlier)
         work = self.counters(state)
         # what the run has read goes with the call (the kernel's): outbound tools refuse (tools/layer/egress.py)
         record = self.call_tool(work, tool, tool_input, cfg, config)
@@ -372,14 +372,18 @@ class TCRAG(RunKernel):
         update["tool_calls"] = work["tool_calls"]
         return Command(goto="Generate", update=update)
 
-    def refuse_repeated_call(self, state: TCRAGState, config: RunnableConfig, tool: str, tool_input: Any,
-                             earlier: Frame) -> Command:
-        """A call whose result is on the stack is not run and pushes nothing. The first time, the model is
-        told where the result is and what to do instead (as a re-prompt, like a format error); the
-        second time the search ends: one final Conclusion is asked for and scored. Pushing the refusal
-        as a frame (before) made the 1.5B copy the call again, up to five times in a row, and Backtrack
-        the refusal (benchmarks/RESULTS.md section 21)."""
-        ended = bool(state.get("repeat_call_warned"))
+    def refuse_repeated_call(self, state: TCRAGState, config: RunnableConfig, cfg: TCRAGConfig, tool: str,
+                             tool_input: Any, earlier: Frame) -> Command:
+        """A call whose result is on the stack is not run and pushes nothing. While a rejected Conclusion
+        stands unanswered, the repeat says the model has nothing new to look for: the run halts
+        ``repeated_call`` with that Conclusion as its unvalidated answer (Algorithm 1's top(M), as at the
+        budget, without spending it). Otherwise, the first time, the model is told where the result is
+        and what to do instead (as a re-prompt, like a format error); the second time the search ends:
+        one final Conclusion is asked for and scored. Pushing the refusal as a frame (before) made the
+        1.5B copy the call again, up to five times in a row, and Backtrack the refusal
+        (benchmarks/RESULTS.md section 21)."""
+        stands = transitions.unanswered_rejection(state.get("trace", []))
+        ended = bool(state.get("repeat_call_warned")) or stands is not None
         written = f"Tool_Use: {tool}\nTool_Input: {tool_input if isinstance(tool_input, str) else json.dumps(tool_input)}"
         note = repeated_call_note(tool, tool_input, earlier.step, search_ended=ended)
         trace = self.record(state.get("trace"), config, TraceEvent(
@@ -391,6 +395,14 @@ class TCRAG(RunKernel):
             "trace": trace, "pending_action": None,
             "repeated_tool_calls": state.get("repeated_tool_calls", 0) + 1,
             "token_usage": _spent_on(state.get("token_usage"), "completion_refused_repeat", written)}
+        if stands is not None:
+            answer = transitions.unverified_answer(state["stack"])
+            update["structured_answer"] = answer_format.fit(cfg.answer_format, answer or "")
+            return self.halt({**state, **update}, config, reason=HaltReason.REPEATED_CALL, answer=answer,
+                             validated=False, extra=update,
+                             error=(f"the state monitor rejected the Conclusion of step {stands.step} and the model "
+                                    "then wrote again a tool call whose result was on the stack: nothing new to "
+                                    "search; not validated"))
         if ended:
             update["search_ended"] = True
         else:
