@@ -102,8 +102,9 @@ def demonstrations(tools: Sequence[BaseTool], allowed_actions: Sequence[str], *,
     With tools, the examples search first and then conclude from the observation (shown as a real
     one is); the Thought-first examples are for runs without tools. On 60 PubMedQA-L trainval
     questions the 1.5B never wrote a Thought with tools, and with no example that had an observation
-    on the stack it called the same search again right after its result, 35 times
-    (benchmarks/RESULTS.md section 21)."""
+    on the stack it wrote the same search again right after its result in 10 runs; with these
+    examples every run without a rejection searched once and concluded (benchmarks/RESULTS.md
+    section 21)."""
     from ...core.state import Action, Frame, ToolCallRecord
 
     tool = tools[0].name if tools else ""
