@@ -68,19 +68,3 @@ def test_a_closed_book_thought_line_does_not_send_the_model_to_a_tool():
     assert "tool to use" not in closed and "which tool" not in closed
     assert "which tool to use" in system_prompt([doc_rag], ["Thought", "Tool_Use", "Conclusion"])
     assert "doc_rag: Search the medical documents." in system_prompt([doc_rag], ["Tool_Use", "Conclusion"])
-
-
-@pytest.mark.parametrize("language", ["en", "zh"])
-def test_with_tools_the_examples_search_then_conclude_from_a_real_looking_observation(language):
-    from tcrag_langgraph.core.state import TOOL_OUTPUT_OPEN
-
-    offered = TCRAGConfig().allowed_actions(has_tools=True)
-    shown = demonstrations([doc_rag], offered, language=language)
-    assert [reply.split(":", 1)[0] for _, reply in shown] == ["Tool_Use", "Conclusion"]
-    first_turn, conclude_turn = shown[0][0], shown[1][0]
-    # the Conclusion is written from an observation on the stack, rendered as a real tool frame is
-    assert "Tool_Observation:" in conclude_turn and TOOL_OUTPUT_OPEN in conclude_turn
-    assert "Tool_Use: doc_rag" in conclude_turn and "Tool_Observation" not in first_turn
-    # without tools, the examples think and conclude instead
-    closed = demonstrations([], TCRAGConfig().allowed_actions(has_tools=False), language=language)
-    assert [reply.split(":", 1)[0] for _, reply in closed] == ["Thought", "Conclusion"]

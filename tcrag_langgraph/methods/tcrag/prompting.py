@@ -99,26 +99,16 @@ def demonstrations(tools: Sequence[BaseTool], allowed_actions: Sequence[str], *,
     """Worked (user turn, reply) pairs showing the format; small models follow examples far better
     than instructions. Only actions available in this run are demonstrated.
 
-    With tools, the examples search first and then conclude from the observation (shown as a real
-    one is); the Thought-first examples are for runs without tools. On 60 PubMedQA-L trainval
-    questions the 1.5B never wrote a Thought with tools, and with no example that had an observation
-    on the stack it wrote the same search again right after its result in 10 runs; with these
-    examples every run without a rejection searched once and concluded (benchmarks/RESULTS.md
-    section 21)."""
-    from ...core.state import Action, Frame, ToolCallRecord
-
-    tool = tools[0].name if tools else ""
+    Examples that search and then conclude from an observation on the stack (without the Thought)
+    halved the 1.5B's calls on PubMedQA-L trainval with one tool, but with four tools it then toured
+    them to the step budget, copied the example into an answer and lost a right answer of the main
+    job (benchmarks/RESULTS.md sections 21-22): not taken."""
     pairs = []
     for example in json.loads(load_prompt_file(f"examples_{language}.json")):
         if any(need not in allowed_actions for need in example["needs"]):
             continue
-        if ("Tool_Use" in example["needs"] and not tools) or (example.get("without_tools") and tools):
+        if "Tool_Use" in example["needs"] and not tools:
             continue
-        stack = example["stack"]
-        seen = example.get("observation")
-        if seen:
-            call = ToolCallRecord(tool=tool, tool_input=seen["input"], observation=seen["text"])
-            stack += "\n" + Frame(action=Action.TOOL_USE, tool_call=call).render()
-        pairs.append((turn_text(stack), Template(example["reply"]).safe_substitute(tool=tool)))
+        reply = Template(example["reply"]).safe_substitute(tool=tools[0].name if tools else "")
+        pairs.append((turn_text(example["stack"]), reply))
     return pairs
-
