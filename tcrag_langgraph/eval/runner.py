@@ -270,9 +270,22 @@ def compact_trace(trace: Optional[Iterable[Any]]) -> list[dict[str, Any]]:
         if event.state_value is not None:
             row["value"] = round(float(event.state_value), 4)
         if event.detail:
-            row["detail"] = event.detail[:TRACE_TEXT_CHARS]
+            row["detail"] = _short_detail(event.detail)
         rows.append(row)
     return rows
+
+
+def _short_detail(detail: str) -> Any:
+    """A step's detail for a result row: a JSON object (a tool call's) with each text value cut to
+    :data:`TRACE_TEXT_CHARS` characters, so a long input never hides the ``error`` after it; any
+    other text cut as a whole."""
+    try:
+        info = json.loads(detail)
+    except (TypeError, ValueError):
+        info = None
+    if not isinstance(info, dict):
+        return detail[:TRACE_TEXT_CHARS]
+    return {k: v[:TRACE_TEXT_CHARS] if isinstance(v, str) else v for k, v in info.items()}
 
 
 def repeated_executed_calls(trace: Optional[Iterable[Any]]) -> int:

@@ -213,7 +213,20 @@ def test_rows_keep_the_evidence_and_the_rejected_conclusions_and_what_a_rejectio
     assert steps == [("User_Query", "push"), ("Conclusion", "reject"), ("Tool_Use", "push"),
                      ("Conclusion", "push"), ("Halt", "halt")], steps
     assert tc["trace"][1]["content"] == "no" and tc["trace"][1]["value"] == 50.0
-    assert "aspirin" in next(e["detail"] for e in tc["trace"] if e["action"] == "Tool_Use")
+    call = next(e["detail"] for e in tc["trace"] if e["action"] == "Tool_Use")
+    assert call["input"] == "aspirin" and call["error"] is None  # a tool call's detail stays an object
+
+
+def test_a_long_tool_input_in_a_row_trace_never_hides_the_calls_error():
+    from tcrag_langgraph.core.state import TraceEvent
+    from tcrag_langgraph.eval.runner import TRACE_TEXT_CHARS, compact_trace
+
+    detail = json.dumps({"tool": "DOC_RAG", "input": "x" * 500, "error": "repeated_call", "earlier_step": 1})
+    row, = compact_trace([TraceEvent(step=3, action="Tool_Use", op="format_error", content="y" * 500, detail=detail)])
+    assert row["detail"]["error"] == "repeated_call" and row["detail"]["earlier_step"] == 1
+    assert len(row["detail"]["input"]) == TRACE_TEXT_CHARS and len(row["content"]) == TRACE_TEXT_CHARS
+    plain, = compact_trace([TraceEvent(step=1, action="Backtrack", op="pop", detail="popped " + "z" * 500)])
+    assert plain["detail"].startswith("popped") and len(plain["detail"]) == TRACE_TEXT_CHARS
 
 
 def test_a_folder_another_process_is_writing_is_refused_until_that_process_ends(tmp_path):
