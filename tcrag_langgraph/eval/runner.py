@@ -260,9 +260,9 @@ TRACE_TEXT_CHARS = 160
 
 
 def compact_trace(trace: Optional[Iterable[Any]]) -> list[dict[str, Any]]:
-    """A run's trace events as short dicts for a result row: step, action, op, state value, and the
-    first :data:`TRACE_TEXT_CHARS` characters of the step's text and detail (a tool call's input and
-    error; observations are in the row's ``evidence``)."""
+    """A run's trace events as short dicts for a result row: step, action, op, state value, the first
+    :data:`TRACE_TEXT_CHARS` characters of the step's text, and its detail (:func:`_short_detail`;
+    observations are in the row's ``evidence``)."""
     rows = []
     for event in trace or ():
         row: dict[str, Any] = {"step": event.step, "action": event.action, "op": event.op,

@@ -385,7 +385,6 @@ class TCRAG(RunKernel):
         stands = transitions.unanswered_rejection(state.get("trace", []))
         ended = bool(state.get("repeat_call_warned")) or stands is not None
         written = f"Tool_Use: {tool}\nTool_Input: {tool_input if isinstance(tool_input, str) else json.dumps(tool_input)}"
-        note = repeated_call_note(tool, tool_input, earlier.step, search_ended=ended)
         trace = self.record(state.get("trace"), config, TraceEvent(
             step=state.get("steps", 0), action="Tool_Use", op="format_error", content=written[:500],
             stack_depth=len(state["stack"]), state_value=state.get("state_value"),
@@ -406,7 +405,8 @@ class TCRAG(RunKernel):
         if ended:
             update["search_ended"] = True
         else:
-            update.update(repeat_call_warned=True, format_feedback=[{"output": written, "error": note}])
+            update.update(repeat_call_warned=True,
+                          format_feedback=[{"output": written, "error": repeated_call_note(tool, earlier.step)}])
         return Command(goto="Generate", update=update)
 
     def backtrack(self, state: TCRAGState, config: RunnableConfig) -> Command[Literal["Generate"]]:

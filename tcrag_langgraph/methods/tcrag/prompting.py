@@ -63,15 +63,13 @@ def rejected_note(event: Any, ways: Sequence[str], tool_names: Sequence[str] = (
     return f"{head} Before you conclude again, {purposes}. " + format_instructions(ways, tool_names)
 
 
-def repeated_call_note(tool: str, tool_input: Any, earlier_step: int, *, search_ended: bool) -> str:
-    """What the model is told when it writes a tool call whose result is already on the stack (it is
-    not run again, and nothing is pushed): once, where that result is and what to do instead; the
-    second time, that the search has ended."""
-    head = f"You already called {tool} with this input at step {earlier_step}; its result is on the stack above."
-    if search_ended:
-        return f"{head} The search has ended."
-    return (f"{head} Do not call it again: write your Conclusion from what is on the stack, or call a tool "
-            "with a different Tool_Input. Repeating a call ends the search.")
+def repeated_call_note(tool: str, earlier_step: int) -> str:
+    """What the model is told, once, when it writes a tool call whose result is already on the stack (it
+    is not run again, and nothing is pushed): where that result is and what to do instead. A second
+    repeat ends the search; the final turn says so (:func:`final_turn_text`'s ``why``)."""
+    return (f"You already called {tool} with this input at step {earlier_step}; its result is on the stack above. "
+            "Do not call it again: write your Conclusion from what is on the stack, or call a tool with a "
+            "different Tool_Input. Repeating a call ends the search.")
 
 
 def turn_text(rendered_stack: str, *, steps_left: Optional[int] = None, answer_rule: str = "",

@@ -79,7 +79,7 @@ class HaltReason(str, Enum):
     INVALID_INPUT = "invalid_input"  # empty / too long / non-text question
     MONITOR_CANNOT_JUDGE = "monitor_cannot_judge"  # accepted below sigma, but the monitor cannot judge this model
     REWRITTEN_CONCLUSION = "rewritten_conclusion"  # with risk: accepted below sigma after a rejected Conclusion
-    REPEATED_CALL = "repeated_call"  # a tool call on the stack written again after a warning: the search ended
+    REPEATED_CALL = "repeated_call"  # a tool call on the stack written again: a rejection stood, or after a warning
 
 
 @dataclass(frozen=True)
