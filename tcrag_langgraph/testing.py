@@ -33,8 +33,13 @@ Script format (every key but ``replies`` optional)::
       "config": {"max_steps": 8},           # TCRAGConfig fields (the graph's base config)
       "calls_log": "/tmp/calls.jsonl",      # one JSON line per model call (pid, index, question)
       "max_recorded_calls": 256,            # calls kept for inspection (null: all)
-      "real_tools": false                   # true: add the real default tools (e.g. EMR_SEARCH)
-    }
+      "real_tools": false,                  # true: add the real default tools; or a list: those, in order
+      "model_id": null,                     # the name stored calibrations are read under (sigma "auto")
+      "token_scorer": null                  # {"default_logprob": -3.0, "logprobs": {"word": -5.0}, ...}:
+    }                                       #   token log-probs instead of "scores" (FLARE, DRAGIN, ...)
+
+A reply may carry native tool calls, ``{"reply": "", "tool_calls": [{"name": "EMR_SEARCH", "args": {...}}]}``,
+for a method that binds tools (``langchain-agent``).
 
 ``{question}`` in replies, markers and score keys is replaced by the run's question; ``{input}`` in a
 tool template by the tool input.
@@ -105,6 +110,9 @@ class ScriptedReply(BaseModel):
     reply: str
     marker: Optional[str] = None
     sleep_s: float = Field(default=0.0, ge=0.0, description="Sleep before answering (to interrupt a run mid-way).")
+    tool_calls: list[dict[str, Any]] = Field(
+        default_factory=list, description="Native tool calls sent with the reply, each {'name': ..., 'args': {...}} "
+                                          "(for a method that binds tools, e.g. langchain-agent).")
 
     def marker_for(self, question: str) -> str:
         if self.marker is not None:
@@ -128,7 +136,14 @@ class Script(BaseModel):
     calls_log: Optional[str] = None
     max_recorded_calls: Optional[int] = Field(
         default=256, ge=0, description="Calls the model and scorer keep for inspection (None: all); bounds a demo server.")
-    real_tools: bool = Field(default=False, description="Also give the agent the real default tools (EMR_SEARCH ...).")
+    real_tools: Union[bool, list[str]] = Field(
+        default=False, description="Also give the agent the real default tools (EMR_SEARCH ...): all, or those named, "
+                                   "in the order named.")
+    model_id: Optional[str] = Field(default=None, description="The scripted model's name for stored calibrations.")
+    token_scorer: Optional[dict[str, Any]] = Field(
+        default=None, description="ScriptedTokenScorer arguments (logprobs, entropies, default_logprob, "
+                                  "default_entropy): a monitor with token log-probs, for FLARE, DRAGIN, KAG-Thinker and "
+                                  "the generation values; replaces scores/default_score.")
 
 
 def load_script(source: Union[str, os.PathLike[str], Mapping[str, Any], Script]) -> Script:
@@ -165,6 +180,8 @@ class ScriptedChatModel(BaseChatModel):
 
     replies: list[ScriptedReply]
     mode: Literal["stack", "sequence"] = "stack"
+    model_id: Optional[str] = Field(default=None, description="The name its calibrations are stored under (none: "
+                                                              "it cannot be named, as a stand-in should not be)")
     calls_log: Optional[str] = None
     max_recorded_calls: Optional[int] = Field(default=None, ge=0, description="Keep only the last N calls (None: all).")
     _lock: threading.Lock = PrivateAttr(default_factory=threading.Lock)
@@ -214,7 +231,13 @@ class ScriptedChatModel(BaseChatModel):
         if chosen.sleep_s:
             time.sleep(chosen.sleep_s)
         text = chosen.reply.replace("{question}", question)
-        return ChatResult(generations=[ChatGeneration(message=AIMessage(content=text))])
+        calls = [tool_call(name=c["name"], args=dict(c.get("args") or {}), id=f"call_{index}_{i}")
+                 for i, c in enumerate(chosen.tool_calls)]
+        return ChatResult(generations=[ChatGeneration(message=AIMessage(content=text, tool_calls=calls))])
+
+    def bind_tools(self, tools: Any, **kwargs: Any) -> "ScriptedChatModel":
+        """The same model: which tools it calls is in the script (replies with ``tool_calls``)."""
+        return self
 
 
 class ScriptedScorer:
@@ -412,12 +435,18 @@ def scripted_components(source: Union[str, os.PathLike[str], Mapping[str, Any], 
     if script.real_tools:
         from .tools import default_tools
 
-        tools.extend(default_tools())
+        real = {t.name: t for t in default_tools()}
+        names = list(real) if script.real_tools is True else script.real_tools
+        unknown = [n for n in names if n not in real]
+        if unknown:
+            raise ValueError(f"real_tools names {unknown}; the default tools are {list(real)}")
+        tools.extend(real[n] for n in names)
+    scorer = (ScriptedTokenScorer(**script.token_scorer) if script.token_scorer is not None
+              else ScriptedScorer(script.scores, default=script.default_score, max_recorded_calls=script.max_recorded_calls))
     return {
-        "model": ScriptedChatModel(replies=script.replies, mode=script.mode, calls_log=script.calls_log,
-                                   max_recorded_calls=script.max_recorded_calls),
-        "scorer": ScriptedScorer(script.scores, default=script.default_score,
-                                 max_recorded_calls=script.max_recorded_calls),
+        "model": ScriptedChatModel(replies=script.replies, mode=script.mode, model_id=script.model_id,
+                                   calls_log=script.calls_log, max_recorded_calls=script.max_recorded_calls),
+        "scorer": scorer,
         "tools": tools,
         "config": TCRAGConfig.model_validate(script.config),
     }
