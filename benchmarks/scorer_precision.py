@@ -36,10 +36,10 @@ def main() -> None:
     from tcrag_langgraph.models.weights import load_local_model
     from tcrag_langgraph.monitor.llama_cpp import LlamaCppScorer
     from tcrag_langgraph.monitor.scoring import LocalLMScorer
-    from tests.test_llama_cpp import fifty_pairs
+    from tests.test_llama_cpp import scored_pairs
 
     torch.set_num_threads(1)
-    pairs = fifty_pairs()[: args.pairs]
+    pairs = scored_pairs(args.pairs)
     reference = LocalLMScorer(load_local_model(args.gguf))
     llama = load_llama_model(args.scoring_gguf or args.gguf, n_threads=1)
     print(f"scoring file type {llama.llm.metadata.get('general.file_type')} ({llama.path})")
