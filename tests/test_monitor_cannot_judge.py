@@ -79,3 +79,37 @@ def test_the_live_view_says_the_monitor_cannot_judge(shipped, lm, tmp_path):
                                 env={"TCRAG_CACHE_DIR": str(tmp_path / "user-cache"), "COLUMNS": "200"})
     assert result.exit_code == 0, result.output
     assert "Status: not validated: the monitor cannot judge this model" in result.stdout
+
+
+class ConcludingModel(LocalChatModel):
+    """The packaged model's weights, which its own monitor scores with, writing a scripted reply (the
+    135M itself copies the worked example's Thought until the budget)."""
+
+    def _generate(self, messages, stop=None, run_manager=None, **kwargs):
+        from langchain_core.messages import AIMessage
+        from langchain_core.outputs import ChatGeneration, ChatResult
+
+        return ChatResult(generations=[ChatGeneration(message=AIMessage(content="Conclusion: A lack of vitamin C."))])
+
+    def _stream(self, messages, stop=None, run_manager=None, **kwargs):
+        from langchain_core.messages import AIMessageChunk
+        from langchain_core.outputs import ChatGenerationChunk
+
+        yield ChatGenerationChunk(message=AIMessageChunk(content="Conclusion: A lack of vitamin C."))
+
+
+@pytest.mark.slow
+def test_a_monitor_that_cannot_judge_rejects_nothing_unless_the_loop_is_asked_for(shipped, lm, tmp_path, monkeypatch):
+    """A rejection by a monitor that cannot judge the model is noise: the first Conclusion ends the run,
+    unvalidated, with the value the real monitor gave it; loop_when_unjudged keeps Algorithm 1's loop
+    (here every Conclusion is rejected, and the same one written again halts repeated_conclusion)."""
+    monkeypatch.setenv("TCRAG_CACHE_DIR", str(tmp_path / "user-cache"))
+    reject_all = {"sigma": 1e-6, "max_steps": 4, "max_new_tokens": 24, "temperature": 0.0}
+    out = build_graph(model=ConcludingModel(), config=reject_all).invoke({"question": Q})
+    conclusions = [e for e in out["trace"] if e.action == "Conclusion"]
+    assert out["halt_reason"] == "monitor_cannot_judge" and "cannot judge this model" in out["error"], out["halt_reason"]
+    assert len(conclusions) == 1 and conclusions[0].op == "push" and conclusions[0].state_value > 1
+    assert out["answer"] == "A lack of vitamin C." and out["answer_validated"] is False and out["llm_calls"] == 1
+    looped = build_graph(model=ConcludingModel(), config={**reject_all, "loop_when_unjudged": True}).invoke({"question": Q})
+    assert looped["halt_reason"] == "repeated_conclusion" and looped["answer_validated"] is False
+    assert [e.op for e in looped["trace"] if e.action == "Conclusion"][0] == "reject"

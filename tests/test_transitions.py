@@ -82,6 +82,14 @@ def test_conclusion_without_monitor_is_accepted_unvalidated():
     assert t.halt is HaltReason.CONCLUSION_UNMONITORED and t.answer == "C" and t.state_value == 1e9
 
 
+def test_a_conclusion_the_monitor_cannot_judge_ends_the_run_whatever_its_value():
+    t = T.unjudged_conclusion(fresh(), "Maybe B3.", score=12.0)  # rejected by conclusion(): noise here
+    assert t.halt is HaltReason.MONITOR_CANNOT_JUDGE and t.answer == "Maybe B3." and t.state_value == 12.0
+    assert t.stack[-1].action is Action.CONCLUSION and t.event.op == "push" and t.event.state_value == 12.0
+    assert T.unjudged_conclusion(fresh(), "C", score=3.0).halt is HaltReason.VALIDATED  # the kernel marks it unjudged
+    assert T.unjudged_conclusion(fresh(), "C", score=None).halt is HaltReason.CONCLUSION_UNMONITORED
+
+
 def test_review_rejection_turns_the_conclusion_back_into_a_thought():
     accepted = T.conclusion(fresh(), "C", score=3.0)
     r = T.review_reject(accepted.machine(), "check the dose")

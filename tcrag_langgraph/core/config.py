@@ -95,6 +95,10 @@ class TCRAGConfig(BaseModel):
         default=True, description="Constrain a reply whose form the method declares (a logical-form plan, an action "
         "line, a triple): a GBNF grammar for llama.cpp, a grammar or JSON schema for a server that honours one; off, "
         "or for any other model: parse and repair only (docs/models.md, constrained generation).")
+    loop_when_unjudged: bool = Field(
+        default=False, description="Run Algorithm 1's rejection loop even when the model's calibration says the "
+        "state monitor cannot judge it (to replicate the paper with such a model); by default its first Conclusion "
+        "ends the run, unvalidated (halt monitor_cannot_judge).")
     language: Literal["en", "zh"] = Field(default="en", description="Prompt language.")
     few_shot: bool = Field(default=True, description="Show worked examples of the action format before the stack.")
     answer_format: Optional[Union[tuple[str, ...], SkipJsonSchema[type[BaseModel]]]] = Field(

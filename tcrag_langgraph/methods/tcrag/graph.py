@@ -437,7 +437,9 @@ class TCRAG(RunKernel):
                                    f"{earlier.step}; not validated", extra=update)
         spent: dict[str, int] = {}
         score = self.monitor(state, cfg, content, conclusion=True, usage=spent)  # a failure halts: scorer_error
-        apply_rule = transitions.final_conclusion if state.get("final_conclusion") else transitions.conclusion
+        unjudged = self.unjudged.get(cfg.metric) if cfg.risk is None and not cfg.loop_when_unjudged else None
+        apply_rule = (transitions.final_conclusion if state.get("final_conclusion")
+                      else transitions.unjudged_conclusion if unjudged else transitions.conclusion)
         t = apply_rule(self.machine(state), content, score=score)
         if cfg.risk is not None:
             t = transitions.rewritten_conclusion(t, state.get("trace", []))
@@ -460,6 +462,8 @@ class TCRAG(RunKernel):
             error = "no usable action after the re-prompts; the final Conclusion asked for instead was not validated"
         elif t.halt is HaltReason.MAX_STEPS:
             error = f"step budget of {cfg.max_steps} actions spent; the final Conclusion was not validated"
+        elif t.halt is HaltReason.MONITOR_CANNOT_JUDGE:
+            error = unjudged
         elif t.halt is HaltReason.REWRITTEN_CONCLUSION:
             error = ("accepted below sigma after the state monitor rejected an earlier Conclusion; the risk's "
                      "calibration speaks for a run's first Conclusion only, so it is not validated")

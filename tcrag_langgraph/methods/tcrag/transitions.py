@@ -19,6 +19,9 @@ step budget     one final Conclusion is scored: validated if ``f < sigma``, else
                 unvalidated with it as the answer
 risk            with a stated risk, only a run's first Conclusion can be validated: one accepted after a
                 rejection halts ``rewritten_conclusion``, unvalidated (:func:`rewritten_conclusion`)
+cannot judge    when the model's calibration says the monitor cannot judge it, its rejection means no
+                more than its acceptance: the first Conclusion ends the run ``monitor_cannot_judge``,
+                unvalidated (:func:`unjudged_conclusion`), unless the run asks for the loop anyway
 ==============  ==================================================================================
 
 Example:
@@ -56,6 +59,7 @@ __all__ = [
     "review_reject",
     "final_conclusion",
     "rewritten_conclusion",
+    "unjudged_conclusion",
     "rejected_conclusion",
     "repeated_conclusion",
     "repeated_call",
@@ -77,7 +81,7 @@ class HaltReason(str, Enum):
     MODEL_ERROR = "model_error"  # the chat model raised
     SCORER_ERROR = "scorer_error"  # the state monitor could not score
     INVALID_INPUT = "invalid_input"  # empty / too long / non-text question
-    MONITOR_CANNOT_JUDGE = "monitor_cannot_judge"  # accepted below sigma, but the monitor cannot judge this model
+    MONITOR_CANNOT_JUDGE = "monitor_cannot_judge"  # a Conclusion ended the run, but the monitor cannot judge this model
     REWRITTEN_CONCLUSION = "rewritten_conclusion"  # with risk: accepted below sigma after a rejected Conclusion
     REPEATED_CALL = "repeated_call"  # a tool call on the stack written again: a rejection stood, or after a warning
 
@@ -109,7 +113,8 @@ class Transition:
     def answer(self) -> Optional[str]:
         """The run's answer when this step ends it with one: the accepted Conclusion, or (budget
         spent) the top-most text the model wrote; ``None`` while the run goes on."""
-        if self.halt in (HaltReason.VALIDATED, HaltReason.CONCLUSION_UNMONITORED, HaltReason.REWRITTEN_CONCLUSION):
+        if self.halt in (HaltReason.VALIDATED, HaltReason.CONCLUSION_UNMONITORED, HaltReason.REWRITTEN_CONCLUSION,
+                         HaltReason.MONITOR_CANNOT_JUDGE):
             return self.stack[-1].content
         if self.halt in (HaltReason.MAX_STEPS, HaltReason.REPEATED_CONCLUSION):
             return unverified_answer(self.stack)
@@ -235,6 +240,24 @@ def final_conclusion(m: Machine, content: str, *, score: Optional[float]) -> Tra
     if t.halt is HaltReason.VALIDATED:
         return t
     return replace(t, halt=HaltReason.MAX_STEPS)
+
+
+def unjudged_conclusion(m: Machine, content: str, *, score: Optional[float]) -> Transition:
+    """A Conclusion when the monitor cannot judge this model (its calibration found no sigma that
+    separates right from wrong answers): scored and pushed as the answer, and the run halts
+    ``monitor_cannot_judge``, unvalidated, whether the value fell below sigma or not.
+
+    Why: a rejection by a monitor that cannot tell right from wrong is noise, and each one costs the
+    loop a search and a new Conclusion. With Qwen2.5-Coder-1.5B (shipped cppl calibration AUROC 0.32)
+    four of the main job's five runs spent their 6-step budget on such rejections and then ended
+    ``monitor_cannot_judge`` anyway (benchmarks/RESULTS.md section 20)."""
+    t = conclusion(m, content, score=score)
+    if t.halt is not None or score is None:  # accepted (the kernel marks it cannot-judge) or monitor off
+        return t
+    frame = _frame(Action.CONCLUSION, content, m.steps + 1, before=m.state_value, after=score)
+    return _step(m, push(m.stack, frame), score, "Conclusion", "push", content=content, scored=score,
+                 detail=f"{score:.4g} >= sigma {m.sigma:g}, but the monitor cannot judge this model: ended unvalidated",
+                 halt=HaltReason.MONITOR_CANNOT_JUDGE, state_set=True)
 
 
 def rewritten_conclusion(t: Transition, trace: Sequence[TraceEvent]) -> Transition:
