@@ -249,8 +249,9 @@ def unjudged_conclusion(m: Machine, content: str, *, score: Optional[float]) -> 
 
     Why: a rejection by a monitor that cannot tell right from wrong is noise, and each one costs the
     loop a search and a new Conclusion. With Qwen2.5-Coder-1.5B (shipped cppl calibration AUROC 0.32)
-    four of the main job's five runs spent their 6-step budget on such rejections and then ended
-    ``monitor_cannot_judge`` anyway (benchmarks/RESULTS.md section 20)."""
+    the main job's diabetes question concluded "Metformin." at step 2, was rejected, searched to the
+    6-step budget and ended ``monitor_cannot_judge`` anyway: 25.5 s, now 5.7 s (benchmarks/RESULTS.md
+    section 23)."""
     t = conclusion(m, content, score=score)
     if t.halt is not None or score is None:  # accepted (the kernel marks it cannot-judge) or monitor off
         return t
