@@ -75,6 +75,7 @@ from .core.config import TCRAGConfig
 __all__ = [
     "SCRIPT_ENV",
     "ScriptedReply",
+    "ScriptedToolCall",
     "Script",
     "ScriptedChatModel",
     "ScriptedScorer",
@@ -101,6 +102,15 @@ class ScriptExhausted(RuntimeError):
     """Every scripted reply has been used; the graph ends the run with ``halt_reason='model_error'``."""
 
 
+class ScriptedToolCall(BaseModel):
+    """One native tool call a scripted reply carries."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str = Field(min_length=1)
+    args: dict[str, Any] = Field(default_factory=dict)
+
+
 class ScriptedReply(BaseModel):
     """One scripted model reply. ``marker`` (default: the reply's text after its ``Label:``) is what
     shows on the stack once the reply was applied; ``stack`` mode uses it to find its place."""
@@ -110,7 +120,7 @@ class ScriptedReply(BaseModel):
     reply: str
     marker: Optional[str] = None
     sleep_s: float = Field(default=0.0, ge=0.0, description="Sleep before answering (to interrupt a run mid-way).")
-    tool_calls: list[dict[str, Any]] = Field(
+    tool_calls: list[ScriptedToolCall] = Field(
         default_factory=list, description="Native tool calls sent with the reply, each {'name': ..., 'args': {...}} "
                                           "(for a method that binds tools, e.g. langchain-agent).")
 
@@ -231,8 +241,7 @@ class ScriptedChatModel(BaseChatModel):
         if chosen.sleep_s:
             time.sleep(chosen.sleep_s)
         text = chosen.reply.replace("{question}", question)
-        calls = [tool_call(name=c["name"], args=dict(c.get("args") or {}), id=f"call_{index}_{i}")
-                 for i, c in enumerate(chosen.tool_calls)]
+        calls = [tool_call(name=c.name, args=dict(c.args), id=f"call_{index}_{i}") for i, c in enumerate(chosen.tool_calls)]
         return ChatResult(generations=[ChatGeneration(message=AIMessage(content=text, tool_calls=calls))])
 
     def bind_tools(self, tools: Any, **kwargs: Any) -> "ScriptedChatModel":
@@ -441,8 +450,12 @@ def scripted_components(source: Union[str, os.PathLike[str], Mapping[str, Any], 
         if unknown:
             raise ValueError(f"real_tools names {unknown}; the default tools are {list(real)}")
         tools.extend(real[n] for n in names)
-    scorer = (ScriptedTokenScorer(**script.token_scorer) if script.token_scorer is not None
-              else ScriptedScorer(script.scores, default=script.default_score, max_recorded_calls=script.max_recorded_calls))
+    try:
+        scorer = (ScriptedTokenScorer(**script.token_scorer) if script.token_scorer is not None
+                  else ScriptedScorer(script.scores, default=script.default_score,
+                                      max_recorded_calls=script.max_recorded_calls))
+    except TypeError as exc:  # an unknown key in token_scorer
+        raise ValueError(f"token_scorer: {exc}") from None
     return {
         "model": ScriptedChatModel(replies=script.replies, mode=script.mode, model_id=script.model_id,
                                    calls_log=script.calls_log, max_recorded_calls=script.max_recorded_calls),

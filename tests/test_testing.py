@@ -33,6 +33,15 @@ def test_model_id_names_the_model_only_when_the_script_gives_one():
         chat_model_id(scripted_components({"replies": ["x"]})["model"])  # a stand-in is not a model to calibrate
 
 
+def test_a_bad_tool_call_or_token_scorer_is_a_clear_error():
+    with pytest.raises(ValueError, match="name"):
+        scripted_components({"replies": [{"reply": "", "tool_calls": [{"args": {}}]}]})
+    with pytest.raises(ValueError, match="token_scorer"):
+        scripted_components({"replies": ["x"], "token_scorer": {"default_lp": -1.0}})
+    with pytest.raises(ValueError, match="<= 0"):
+        scripted_components({"replies": ["x"], "token_scorer": {"default_logprob": 1.0}})
+
+
 def test_token_scorer_replaces_the_scores():
     plain = scripted_components({"replies": ["x"], "default_score": 3.0})["scorer"]
     assert isinstance(plain, ScriptedScorer) and plain.score("q", "t", metric="cppl") == 3.0
