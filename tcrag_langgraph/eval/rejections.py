@@ -4,7 +4,10 @@ TC-RAG keeps a Conclusion whose state value is not below sigma as a Thought and 
 then conclude something else. For the rows of a ``tcrag eval`` run (each keeps the Conclusions the
 monitor rejected, ``rejected``) this counts, among the questions with at least one rejection, how
 often the final answer differs from the first rejected one (both read as the task's label, yes/no/
-maybe or option letters), and how often that change went from wrong to right or from right to wrong.
+maybe or option letters), and how often that change went from wrong to right or from right to wrong;
+and what the runs with a rejection cost against those without (total tokens and model calls per
+question: on PubMedQA-L test the 1.5B's runs with a rejection were a third of the questions and 63 %
+of TC-RAG's tokens, docs/evaluation.md).
 
 Example:
     >>> from tcrag_langgraph.eval.datasets import QARecord
@@ -41,6 +44,19 @@ class RejectionEffect:
     right_after_rejection: int = 0
     #: the first rejected Conclusion was right (it would have been the answer without the monitor)
     rejected_was_right: int = 0
+    #: total tokens and model calls summed over the questions with a rejection, and over those without
+    tokens_with: int = 0
+    calls_with: int = 0
+    tokens_without: int = 0
+    calls_without: int = 0
+
+    def per_question(self, with_rejection: bool) -> tuple[float, float]:
+        """(total tokens, model calls) per question among those with a rejection, or those without."""
+        n = self.rejected if with_rejection else self.questions - self.rejected
+        if n == 0:
+            return (0.0, 0.0)
+        tokens, calls = (self.tokens_with, self.calls_with) if with_rejection else (self.tokens_without, self.calls_without)
+        return (tokens / n, calls / n)
 
     def to_dict(self) -> dict[str, int]:
         return asdict(self)
@@ -59,9 +75,14 @@ def rejection_effects(rows: Iterable[Mapping[str, Any]], records: Sequence[QARec
         effect = out.setdefault(row["method"], RejectionEffect())
         effect.questions += 1
         rejected = row.get("rejected") or []
+        tokens, calls = int(row.get("total_tokens") or 0), int(row.get("llm_calls") or 0)
         if not rejected:
+            effect.tokens_without += tokens
+            effect.calls_without += calls
             continue
         effect.rejected += 1
+        effect.tokens_with += tokens
+        effect.calls_with += calls
         first = score_answer(record, rejected[0])
         final_right = bool(row.get("correct"))
         effect.right_after_rejection += final_right
@@ -79,8 +100,11 @@ def rejections_markdown(effects: Mapping[str, RejectionEffect], labels: Optional
     if not shown:
         return ""
     lines = ["| Method | Questions | With a rejection | Answer changed | Wrong to right | Right to wrong "
-             "| Right after a rejection | First rejected was right |", "|" + "---|" * 8]
+             "| Right after a rejection | First rejected was right | Tokens / q with / without a rejection "
+             "| Calls / q with / without |", "|" + "---|" * 10]
     for method, e in shown.items():
+        (tw, cw), (to, co) = e.per_question(True), e.per_question(False)
         lines.append(f"| {(labels or {}).get(method, method)} | {e.questions} | {e.rejected} | {e.changed} "
-                     f"| {e.wrong_to_right} | {e.right_to_wrong} | {e.right_after_rejection} | {e.rejected_was_right} |")
+                     f"| {e.wrong_to_right} | {e.right_to_wrong} | {e.right_after_rejection} | {e.rejected_was_right} "
+                     f"| {tw:,.0f} / {to:,.0f} | {cw:.2f} / {co:.2f} |")
     return "\n".join(lines) + "\n"

@@ -208,6 +208,8 @@ def test_rows_keep_the_evidence_and_the_rejected_conclusions_and_what_a_rejectio
     assert (e.questions, e.rejected, e.changed) == (1, 1, 1)
     assert (e.wrong_to_right, e.right_to_wrong) == ((1, 0) if gold_yes else (0, 1))
     assert effects["sr-rag"].rejected == 0
+    assert (e.tokens_with, e.calls_with) == (tc["total_tokens"], tc["llm_calls"]) and e.per_question(True)[1] == 3
+    assert e.per_question(False) == (0.0, 0.0) and effects["sr-rag"].tokens_without == sr["total_tokens"] > 0
     # the row's short trace says what each step did, in order
     steps = [(e["action"], e["op"]) for e in tc["trace"]]
     assert steps == [("User_Query", "push"), ("Conclusion", "reject"), ("Tool_Use", "push"),
