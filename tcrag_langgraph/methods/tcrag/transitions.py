@@ -208,9 +208,8 @@ def conclusion(m: Machine, content: str, *, score: Optional[float]) -> Transitio
         return _step(m, push(m.stack, frame), m.state_value, "Conclusion", "push", content=content,
                      detail="state monitor off: accepted as written", halt=HaltReason.CONCLUSION_UNMONITORED)
     if score < m.sigma:
-        frame = _frame(Action.CONCLUSION, content, step, before=m.state_value, after=score)
-        return _step(m, push(m.stack, frame), score, "Conclusion", "push", content=content, scored=score,
-                     detail=f"accepted: {score:.4g} < sigma {m.sigma:g}", halt=HaltReason.VALIDATED, state_set=True)
+        return _ended_by(m, content, score, detail=f"accepted: {score:.4g} < sigma {m.sigma:g}",
+                         halt=HaltReason.VALIDATED)
     frame = _frame(Action.THOUGHT, content, step, before=m.state_value, after=score)
     return _step(m, push(m.stack, frame), score, "Conclusion", "reject", content=content, scored=score,
                  detail=f"rejected: {score:.4g} >= sigma {m.sigma:g}; kept as a Thought", state_set=True)
@@ -252,13 +251,17 @@ def unjudged_conclusion(m: Machine, content: str, *, score: Optional[float]) -> 
     the main job's diabetes question concluded "Metformin." at step 2, was rejected, searched to the
     6-step budget and ended ``monitor_cannot_judge`` anyway: 25.5 s, now 5.7 s (benchmarks/RESULTS.md
     section 23)."""
-    t = conclusion(m, content, score=score)
-    if t.halt is not None or score is None:  # accepted (the kernel marks it cannot-judge) or monitor off
-        return t
+    if score is None or score < m.sigma:  # monitor off, or accepted (the kernel marks it cannot-judge)
+        return conclusion(m, content, score=score)
+    return _ended_by(m, content, score, halt=HaltReason.MONITOR_CANNOT_JUDGE,
+                     detail=f"{score:.4g} >= sigma {m.sigma:g}, but the monitor cannot judge this model: ended unvalidated")
+
+
+def _ended_by(m: Machine, content: str, score: float, *, detail: str, halt: HaltReason) -> Transition:
+    """The Conclusion pushed as the run's answer with ``s <- f``, and the run halts for ``halt``."""
     frame = _frame(Action.CONCLUSION, content, m.steps + 1, before=m.state_value, after=score)
     return _step(m, push(m.stack, frame), score, "Conclusion", "push", content=content, scored=score,
-                 detail=f"{score:.4g} >= sigma {m.sigma:g}, but the monitor cannot judge this model: ended unvalidated",
-                 halt=HaltReason.MONITOR_CANNOT_JUDGE, state_set=True)
+                 detail=detail, halt=halt, state_set=True)
 
 
 def rewritten_conclusion(t: Transition, trace: Sequence[TraceEvent]) -> Transition:
