@@ -19,6 +19,8 @@ from tcrag_langgraph.methods.kag_thinker.prompts import (
 from tcrag_langgraph.methods.kag_thinker.reply_forms import (
     DEDUCE_FORM,
     MATH_FORM,
+    MAX_CONTENT_ITEMS,
+    MAX_TERMS,
     answer_choice_form,
     focus_form,
     plan_form,
@@ -72,6 +74,28 @@ def test_the_plan_grammar_bounds_the_forms_and_ends_the_reply(lm):
     assert grammar_accepts(lm, plan_form(2).grammar, two)
     assert not grammar_accepts(lm, plan_form(2).grammar, ONE + "Step2: More?\nAction2: Retrieval(s=#1, p=p2:r, o=o2:y)")
     assert not grammar_accepts(lm, plan_form(6).grammar, two + "\nAnd that is the plan.")  # nothing after the Output
+
+
+def test_the_plan_grammar_bounds_math_and_deduce_where_the_15b_ran_away(lm):
+    """Two trainval plans (issue 41) were a Math of constants at step 1 whose content list or target the
+    1.5B repeated until the token limit, identically on every retry: a Math computes over an earlier
+    answer (so not at step 1), and its lists and expressions are bounded."""
+    math = "Step2: Double #1\nAction2: Math(content=[{items}], target='{target}')->m2"
+    assert parse_logical_forms("Step1: Twice 3\nAction1: Math(content=['3'], target='3 * 2')->m1").forms  # the parser reads it
+    assert not grammar_accepts(lm, plan_form(6).grammar, "Step1: Twice 3\nAction1: Math(content=['3'], target='3 * 2')->m1")
+    assert grammar_accepts(lm, plan_form(6).grammar, ONE + math.format(items="'#1', '2'", target="#1 * 2"))
+    assert not grammar_accepts(lm, plan_form(6).grammar, ONE + math.format(items="'2', '#1'", target="#1 * 2"))
+    eight = ", ".join(["'#1'"] + ["'3'"] * (MAX_CONTENT_ITEMS - 1))
+    assert grammar_accepts(lm, plan_form(6).grammar, ONE + math.format(items=eight, target="#1"))
+    assert not grammar_accepts(lm, plan_form(6).grammar, ONE + math.format(items=eight + ", '3'", target="#1"))
+    longest = " + ".join(["#1"] * MAX_TERMS)
+    assert grammar_accepts(lm, plan_form(6).grammar, ONE + math.format(items="'#1'", target=longest))
+    assert not grammar_accepts(lm, plan_form(6).grammar, ONE + math.format(items="'#1'", target=longest + " + 1"))
+    assert not grammar_accepts(lm, plan_form(6).grammar, ONE + math.format(items="'#1'", target="max/min" + "/round" * 9 + "(#1)"))
+    deduce = "Step2: Judge.\nAction2: Deduce(op=judgement, content=[{items}], target='is #1 true')"
+    assert grammar_accepts(lm, plan_form(6).grammar, ONE + deduce.format(items=", ".join(["'#1'"] * MAX_CONTENT_ITEMS)))
+    assert not grammar_accepts(lm, plan_form(6).grammar, ONE + deduce.format(items=", ".join(["'#1'"] * (MAX_CONTENT_ITEMS + 1))))
+    assert not grammar_accepts(lm, MATH_FORM.grammar, "<expression>" + " + ".join(["1"] * (MAX_TERMS + 1)) + "</expression>")
 
 
 def test_the_other_forms_admit_what_their_parsers_read(lm):

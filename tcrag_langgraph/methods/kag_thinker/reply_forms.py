@@ -13,8 +13,10 @@ what lets a context-free grammar say what the parser checks about numbering and 
   ``Retrieval(s=..., p=..., o=...)`` whose definitions are named after the step (``s<i>:type['name']``,
   ``p<i>:relation``, ``o<i>:type``) or whose subject is an earlier answer; ``Deduce(op=..., content=[...],
   target='...')`` with one of its five ops, content of earlier answers or quoted text; ``Math`` over
-  earlier answers and numbers with an arithmetic target (as the usage line says); ``Output(#k, ...)`` of
-  earlier answers, which ends the plan;
+  earlier answers and numbers, its first item an earlier answer (so never at step 1: a Math of constants
+  computes nothing of the question), with an arithmetic target (as the usage line says);
+  ``Output(#k, ...)`` of earlier answers, which ends the plan;
+* content lists of at most ``MAX_CONTENT_ITEMS`` items, expressions of at most ``MAX_TERMS`` terms;
 * at most ``max_logical_forms`` forms: the last possible step can only be the Output; a plan may
   also end after a non-Output step, which the parser completes with ``Output(#last)`` as before.
 
@@ -41,7 +43,12 @@ _QUOTED = r"[^\n#']"
 _TYPE = "typename ::= [A-Za-z] [A-Za-z0-9_ ]{0,40}"
 # What goes between the numbers and references of an arithmetic expression: operators, parentheses and
 # the evaluator's functions (arithmetic.evaluate_arithmetic); two terms never touch, so "#1" "2" is no "#12"
-_ARITH_SEP = 'arithsep ::= ( [+*/()%, -] | "abs" | "min" | "max" | "round" | "sqrt" )+'
+# (bounded, as are the lists and expressions below: greedy decoding of the 1.5B otherwise repeated
+# "round/" or "'3', '1', " until the token limit, the same on every retry: 2 of 30 trainval plans)
+_ARITH_SEP = 'arithsep ::= ( [+*/()%, -] | "abs" | "min" | "max" | "round" | "sqrt" ){1,6}'
+#: at most this many items in a Deduce or Math content list, and terms in an arithmetic expression
+MAX_CONTENT_ITEMS = 8
+MAX_TERMS = 12
 
 
 def _refs(i: int) -> Optional[str]:
@@ -78,12 +85,17 @@ def _step_rules(i: int) -> list[str]:
         rules.append(f"retrieval{i}{variant} ::= \"Retrieval(s=\" ( {subject} ) \", p=p{i}:\" typename "
                      f"\", o=o{i}:\" typename {label} \")\"")
         item = "\"'\" ( " + " | ".join([*earlier, f"{_QUOTED}+"]) + " ) \"'\""
-        rules.append(f"deduceargs{i}{variant} ::= \"content=[\" {item} ( \", \" {item} )* \"], target='\" quoted{i} \"'\"")
-        # Math computes over earlier answers and numbers; its target is the arithmetic (the prompt's usage)
+        rules.append(f"deduceargs{i}{variant} ::= \"content=[\" {item} ( \", \" {item} ){{0,{MAX_CONTENT_ITEMS - 1}}} "
+                     f"\"], target='\" quoted{i} \"'\"")
+        if not earlier:
+            continue  # no Math: with no earlier answer to compute over it computes nothing of the question
+        # Math computes over earlier answers (its first item is one) and numbers; its target is the
+        # arithmetic (the prompt's usage). 12 of 28 trainval plans began with a Math of constants only.
         term = " | ".join([*earlier, "[0-9.]+"])
         rules.append(f"term{i}{variant} ::= {term}")
-        rules.append(f"mathargs{i}{variant} ::= \"content=['\" term{i}{variant} \"'\" ( \", '\" term{i}{variant} \"'\" )* "
-                     f"\"], target='\" arithsep? term{i}{variant} ( arithsep term{i}{variant} )* arithsep? \"'\"")
+        rules.append(f"mathargs{i}{variant} ::= \"content=['\" ( {' | '.join(earlier)} ) \"'\" "
+                     f"( \", '\" term{i}{variant} \"'\" ){{0,{MAX_CONTENT_ITEMS - 1}}} \"], target='\" arithsep? "
+                     f"term{i}{variant} ( arithsep term{i}{variant} ){{0,{MAX_TERMS - 1}}} arithsep? \"'\"")
     return rules
 
 
@@ -95,8 +107,9 @@ def _steps(i: int, max_forms: int) -> list[str]:
         head = f"\"Step{i}: \" text{i} \"\\nAction{i}: \""
         more = i < max_forms
         found = f"retrieval{i}{variant}" + (f" ( \"\\n\" step{i + 1}v )?" if more else "")
-        worked = (f"( \"Math(\" mathargs{i}{variant} \")\" ( \"->m{i}\" )? | \"Deduce(op=\" deduceop \", \" "
-                  f"deduceargs{i}{variant} \")\" ( \"->d{i}\" )? )") + (f" ( \"\\n\" step{i + 1}n )?" if more else "")
+        math = [f"\"Math(\" mathargs{i}{variant} \")\" ( \"->m{i}\" )?"] if i > 1 else []  # step 1 has nothing to compute over
+        worked = ("( " + " | ".join([*math, f"\"Deduce(op=\" deduceop \", \" deduceargs{i}{variant} \")\" ( \"->d{i}\" )?"])
+                  + " )") + (f" ( \"\\n\" step{i + 1}n )?" if more else "")
         options = ([found, worked] if more else []) + ([f"output{i}"] if i > 1 else [])
         rules.append(f"step{i}{variant} ::= {head} ( " + " | ".join(options) + " )")
     return rules
@@ -163,7 +176,7 @@ DEDUCE_FORM = ReplyForm(
 #: a Math expression: numbers, operators, parentheses, the evaluator's functions and #n references
 MATH_FORM = ReplyForm(
     "kag_thinker_math",
-    'root ::= "<expression>" arithsep? term ( arithsep term )* arithsep? "</expression>"\n'
+    f'root ::= "<expression>" arithsep? term ( arithsep term ){{0,{MAX_TERMS - 1}}} arithsep? "</expression>"\n'
     'term ::= [0-9.]+ | "#" [0-9]+\n' + _ARITH_SEP + "\n",
     schema={"type": "object", "additionalProperties": False, "required": ["expression"],
             "properties": {"expression": {"type": "string"}}}, from_json=_tagged_text("expression"))
