@@ -113,3 +113,20 @@ def test_a_monitor_that_cannot_judge_rejects_nothing_unless_the_loop_is_asked_fo
     looped = build_graph(model=ConcludingModel(), config={**reject_all, "loop_when_unjudged": True}).invoke({"question": Q})
     assert looped["halt_reason"] == "repeated_conclusion" and looped["answer_validated"] is False
     assert [e.op for e in looped["trace"] if e.action == "Conclusion"][0] == "reject"
+
+
+@pytest.mark.slow
+def test_an_evaluations_shared_scorer_over_the_same_weights_judges_as_the_face_does(shipped, lm, tmp_path, monkeypatch):
+    """tcrag eval shares one scorer over the generator's own weights among its methods
+    (AgentSpec.assemble(share_monitor=True)): what the shipped calibration says of that model holds
+    for it too, so an evaluated TC-RAG run ends as `tcrag ask` ends it. A scorer over other weights
+    (another model object) is the user's own monitor: no verdict of the shipped file applies."""
+    from tcrag_langgraph.monitor.own_model import scorer_for_model
+
+    monkeypatch.setenv("TCRAG_CACHE_DIR", str(tmp_path / "user-cache"))
+    reject_all = {"sigma": 1e-6, "max_steps": 4, "max_new_tokens": 24, "temperature": 0.0}
+    model = ConcludingModel()
+    shared = build_graph(model=model, scorer=scorer_for_model(model), config=reject_all).invoke({"question": Q})
+    assert shared["halt_reason"] == "monitor_cannot_judge" and shared["llm_calls"] == 1, shared["halt_reason"]
+    other = build_graph(model=model, scorer=scorer_for_model(LocalChatModel()), config=reject_all).invoke({"question": Q})
+    assert other["halt_reason"] == "repeated_conclusion", other["halt_reason"]

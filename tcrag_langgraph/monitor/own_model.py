@@ -11,7 +11,7 @@ from ..models.local import LocalChatModel
 from ..models.weights import LocalModel
 from .scoring import LocalLMScorer, MonitorUnavailableError, StateScorer
 
-__all__ = ["scorer_for_model", "has_own_monitor"]
+__all__ = ["scorer_for_model", "has_own_monitor", "scores_own_weights"]
 
 
 def _hf_pipeline_of(model: Any) -> Any:
@@ -55,19 +55,25 @@ def scorer_for_model(model: Any, **scorer_options: Any) -> StateScorer:
     from ..models.llama_cpp import LlamaCppChatModel  # (a LocalChatModel subclass: checked first)
     from .llama_cpp import LlamaCppScorer
 
+    scorer: StateScorer
     if isinstance(model, LlamaCppChatModel):  # llama.cpp's own logits over the very weights it generates with
         # one copy of the weights: the float16 re-encoding where generation runs on it (the packaged
         # model), else the quantized file (as good at telling right from wrong answers on the 1.5B,
         # benchmarks/RESULTS.md section 15, at 2.2 GB instead of 5.6); --scorer f16 keeps the reference
         options = {"precision": "f16" if model.generates_float16 else "native", **scorer_options}
-        return LlamaCppScorer(chat_model=model, **options)
-    if isinstance(model, LocalChatModel):
-        return LocalLMScorer(model_loader=lambda: model.local_model, **scorer_options)
-    pipe = _hf_pipeline_of(model)
-    if pipe is not None:
+        scorer = LlamaCppScorer(chat_model=model, **options)
+    elif isinstance(model, LocalChatModel):
+        scorer = LocalLMScorer(model_loader=lambda: model.local_model, **scorer_options)
+    elif (pipe := _hf_pipeline_of(model)) is not None:
         name = str(getattr(pipe.model, "name_or_path", "") or type(pipe.model).__name__)
         shared = LocalModel(model=pipe.model, tokenizer=pipe.tokenizer, name=name, lock=threading.RLock())
-        return LocalLMScorer(shared, **scorer_options)
+        scorer = LocalLMScorer(shared, **scorer_options)
+    else:
+        scorer = None
+    if scorer is not None:
+        # what the package's calibrations measured: the generator as its own monitor (scores_own_weights)
+        scorer.own_generator = model  # type: ignore[attr-defined]
+        return scorer
     raise MonitorUnavailableError(
         f"the state monitor cannot score with the generator's own model: {type(model).__name__} exposes "
         "no prompt log-probs that this package can trust. Options: pass scorer= "
@@ -91,3 +97,17 @@ def has_own_monitor(model: Any) -> bool:
     except MonitorUnavailableError:
         return False
     return True
+
+
+def scores_own_weights(scorer: Any, model: Any) -> bool:
+    """Whether ``scorer`` is :func:`scorer_for_model`'s scorer over ``model``'s own weights (as an
+    evaluation shares one among its methods): the case the shipped calibrations measured, so what they
+    say of ``model`` (e.g. that its monitor cannot judge it) holds for this scorer too.
+
+    Example:
+        >>> from tcrag_langgraph.models.local import LocalChatModel
+        >>> model = LocalChatModel()
+        >>> scores_own_weights(scorer_for_model(model), model), scores_own_weights(scorer_for_model(model), LocalChatModel())
+        (True, False)
+    """
+    return scorer is not None and getattr(scorer, "own_generator", None) is model

@@ -45,7 +45,7 @@ from ...models.local import chat_model_id
 from ...monitor.calibration import confidence_map, resolve_monitor, resolve_sigma, risk_sigma, stored_combination
 from ...monitor.consistency import SamplingConsistencyScorer
 from ...monitor.generation import GENERATION_VALUES, NoGenerationLogprobs, returns_logprobs
-from ...monitor.own_model import has_own_monitor
+from ...monitor.own_model import has_own_monitor, scores_own_weights
 from ...monitor.scoring import StateScorer
 from ...monitor.state_values import SAMPLED_VALUES, uses_evidence
 from ...tools.tokens import count_tokens
@@ -95,7 +95,9 @@ class TCRAG(RunKernel):
         else:  # the generation values need no scorer: the replies carry their log-probs
             scorer = cls.scorer_for(args, needed=cfg.enable_state_monitor and cfg.metric not in GENERATION_VALUES)
         machine = cls(args.model, args.tools, scorer, cfg, trust_client_identity=args.trust_client_identity)
-        if args.scorer is None and scorer is not None:  # what the shipped calibration says of this model as its own monitor
+        # what the shipped calibration says of this model as its own monitor (also an evaluation's shared
+        # scorer over the same weights: tcrag eval measures what tcrag ask does)
+        if scorer is not None and (args.scorer is None or scores_own_weights(args.scorer, args.model)):
             machine.unjudged = _unjudged(args.model)
         if cfg.enable_state_monitor and cfg.risk is not None:  # the calibration must exist now, not mid-run
             machine.certified_sigma, why = risk_sigma(cfg, chat_model_id(args.model))
