@@ -1,6 +1,6 @@
 """Every method on every face: ``tcrag ask --method``, ``tcrag serve --method`` (a real server
 subprocess) and one ``langgraph dev`` graph per method (the repository's langgraph.json), all
-behind the same authentication, with the bounded budgets of ``tcrag ask`` by default (6 steps,
+behind the same authentication, with the bounded budgets of ``tcrag ask`` by default (4 steps,
 then the final Conclusion). The model is scripted (a test double, not a language model)."""
 
 from __future__ import annotations

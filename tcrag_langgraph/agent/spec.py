@@ -29,11 +29,14 @@ __all__ = ["AgentSpec", "AgentParts", "UserError", "FACE_DEFAULTS", "TOOL_PRESET
 
 #: Where every face differs from TCRAGConfig's (paper) defaults, and why: the paper's 500 new tokens
 #: and 12 steps are for a 32B model. A reply holds one action (generation stops at the next label)
-#: and the packaged 135M model's unusable replies run to the limit; each step costs ~8 CPU seconds on
-#: a 2-core machine, so 64 tokens and 6 steps (then the final Conclusion) keep an answer near a
-#: minute (benchmarks/RESULTS.md, "main job"). ``tcrag ask``, ``tcrag serve`` and Studio start from
-#: these; ``tcrag eval`` reproduces the paper and starts from TCRAGConfig's own.
-FACE_DEFAULTS: dict[str, Any] = {"max_new_tokens": 64, "max_steps": 6}
+#: and the packaged 135M model's unusable replies run to the limit, so 64 tokens. 4 steps (then the
+#: final Conclusion): the 1.5B does not conclude an open question before the budget asks it to, so
+#: the budget is the answer's latency; 4 instead of 6 took the main job's median from 14.9 s to
+#: 10.1 s with 5 of 5 answers right (3 of 5 at 6), and 30 MedMCQA calibration questions with the
+#: four tools from 10.5 to 8.4 s each, 11 right against 13 (+1/-3, McNemar p = 0.63)
+#: (benchmarks/RESULTS.md section 25). ``tcrag ask``, ``tcrag serve`` and Studio start from these;
+#: ``tcrag eval`` reproduces the paper and starts from TCRAGConfig's own.
+FACE_DEFAULTS: dict[str, Any] = {"max_new_tokens": 64, "max_steps": 4}
 
 #: the tool sets ``tools=`` names (comma-separated; or ``module:callable`` returning tools)
 TOOL_PRESETS = ("none", "default", "docs", "web")

@@ -3,7 +3,7 @@
 ``langgraph.json`` points at :func:`studio_graph` (TC-RAG), and at one factory per other method the
 registry marks for Studio (:data:`~tcrag_langgraph.methods.registry.STUDIO_METHODS`; the factories
 and the file are generated from it), each a graph factory (the Agent Server calls it per request) returning one graph
-built on the first call, with the bounded budgets of ``tcrag ask`` (6 steps, 64 new tokens; a run's
+built on the first call, with the bounded budgets of ``tcrag ask`` (4 steps, 64 new tokens; a run's
 context sets others). All sit behind the same authentication; ``studio.graph`` is the same graph for Python
 users. Nothing is built at import, so importing this module never builds the real agent. It is compiled **without** a checkpointer (the LangGraph API
 server refuses one and brings its own). By default it is the real agent: the packaged SmolLM2-135M-Instruct as generator and state monitor (loaded

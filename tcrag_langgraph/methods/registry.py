@@ -198,7 +198,7 @@ METHODS: dict[str, MethodSpec] = {
                           "state value from a local LM (conditional perplexity or uncertainty) falls below sigma. "
                           "State shows stack, trace, state_value, state_history, sigma and metric. Runtime options "
                           "(sigma, metric, max_steps, ...) go in the run's context (default budgets: those of tcrag "
-                          "ask, 6 steps and 64 new tokens); who the run acts for (EMR access) comes only from the "
+                          "ask, 4 steps and 64 new tokens); who the run acts for (EMR access) comes only from the "
                           "authenticated user (bearer token or X-API-Key checked against the users file in "
                           "TCRAG_AUTH_USERS), never from context or configurable. Set "
                           "TCRAG_STUDIO_SCRIPTED=script.json to replay a scripted model instead of the packaged "
