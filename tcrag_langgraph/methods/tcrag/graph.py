@@ -239,8 +239,7 @@ class TCRAG(RunKernel):
                if state.get("search_ended") else "No steps are left.")
         turn = (final_turn_text(rendered, answer_rule=answer_rule, why=why) if final
                 else turn_text(rendered, steps_left=cfg.max_steps - steps, answer_rule=answer_rule,
-                               rejected=rejected_note(rejected, transitions.ways_after_rejection(allowed), list(self.tools),
-                                                      searched=_searched(stack))
+                               rejected=rejected_note(rejected, transitions.ways_after_rejection(allowed), list(self.tools))
                                if rejected is not None else ""))
         prefix = len(messages)
         messages.append(HumanMessage(content=turn))
@@ -536,13 +535,6 @@ def _review_decision(decision: Any) -> tuple[bool, Optional[str]]:
     if isinstance(decision, dict):
         return bool(decision.get("approve", False)), decision.get("feedback")
     return False, f"unrecognised review decision {decision!r}"
-
-
-def _searched(stack: Sequence[Frame]) -> list[tuple[str, str]]:
-    """The (tool, input) of every tool call whose result is on the stack, oldest first."""
-    return [(f.tool_call.tool, f.tool_call.tool_input if isinstance(f.tool_call.tool_input, str)
-             else json.dumps(f.tool_call.tool_input, ensure_ascii=False))
-            for f in stack if f.tool_call is not None]
 
 
 def _spent_on(usage: Optional[Mapping[str, int]], kind: str, text: str) -> dict[str, int]:

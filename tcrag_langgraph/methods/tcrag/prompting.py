@@ -46,16 +46,11 @@ def _join(words: Sequence[str], language: str) -> str:
     return words[0] if len(words) == 1 else comma.join(words[:-1]) + last + words[-1]
 
 
-def rejected_note(event: Any, ways: Sequence[str], tool_names: Sequence[str] = (),
-                  searched: Sequence[tuple[str, str]] = ()) -> str:
+def rejected_note(event: Any, ways: Sequence[str], tool_names: Sequence[str] = ()) -> str:
     """What the model is told while a Conclusion the monitor rejected is unanswered (it stays on the
     stack as a Thought): that it was not supported, and the actions it may take before concluding,
     in the exact form to write them (Qwen2.5-Coder-0.5B copied a prose description of an action,
-    "Tool_Use with a new, more specific query", as its action).
-
-    ``searched`` are the (tool, input) calls whose results are on the stack: named, so that the "new"
-    query is one (after a rejection the 1.5B wrote its earlier call again, the first refused repeat in
-    19 of the 40 PubMedQA-L test runs that had one)."""
+    "Tool_Use with a new, more specific query", as its action)."""
     from .actions import format_instructions
 
     value = f" (state value {event.state_value:.3g})" if getattr(event, "state_value", None) is not None else ""
@@ -65,11 +60,7 @@ def rejected_note(event: Any, ways: Sequence[str], tool_names: Sequence[str] = (
     why = {"Tool_Use": "search with a new, more specific query (Tool_Use)",
            "Backtrack": "drop a misleading step (Backtrack)", "Summary": "condense the evidence (Summary)"}
     purposes = ", ".join(why[w] for w in ways if w in why)
-    done = ""
-    if "Tool_Use" in ways and searched:
-        calls = "; ".join(f"{tool} {json.dumps(text, ensure_ascii=False)}" for tool, text in searched)
-        done = f"Already searched, results above: {calls}. A new Tool_Input must differ from these. "
-    return f"{head} Before you conclude again, {purposes}. " + done + format_instructions(ways, tool_names)
+    return f"{head} Before you conclude again, {purposes}. " + format_instructions(ways, tool_names)
 
 
 def repeated_call_note(tool: str, earlier_step: int) -> str:
