@@ -11,7 +11,7 @@ flag it concerns in :attr:`UserError.flag`); the command line prints it without 
 Example:
     >>> spec = AgentSpec(method="base", tools="none")
     >>> spec.config.max_steps  # the faces' bounded budgets (FACE_DEFAULTS)
-    6
+    4
 """
 
 from __future__ import annotations
