@@ -34,7 +34,9 @@ def served(tmp_path_factory):
     port = free_port()
     log = tmp_path_factory.mktemp("llama-server") / "server.log"
     cmd = python_cmd("-m", "llama_cpp.server", "--model", str(folder / name), "--model_alias", "smollm2",
-                     "--host", "127.0.0.1", "--port", str(port), "--n_ctx", "4096", "--n_threads", "2")
+                     "--host", "127.0.0.1", "--port", str(port), "--n_ctx", "4096", "--n_threads", "1",
+                     "--n_threads_batch", "1")  # one thread: two spin-waiting threads beside another llama.cpp
+    # process on 2 cores stalled this module for 11 minutes (a 1.5B evaluation running beside the suite)
     # the key reaches the server through its environment (its settings read API_KEY), never argv
     with server_process(cmd, ready_url=f"http://127.0.0.1:{port}/v1/models", log=log, env={"API_KEY": API_KEY},
                         timeout=180):
