@@ -26,7 +26,7 @@ PATH_SYSTEM = (
 ANSWER_SYSTEM = (
     "You are a medical expert. Answer the question using the evidence below: triples recalled from "
     "a knowledge graph along the question's reasoning path, with the passages and solved cases they "
-    "came from. If the evidence does not settle it, say so and answer from what you know. End with "
+    "came from. Where the evidence does not settle it, answer from what you know. End with "
     "one line starting with 'Answer:'."
 )
 REPROMPT = (
