@@ -17,6 +17,7 @@ passages' triples together could gain on this machine.
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import subprocess
@@ -62,7 +63,7 @@ def main() -> None:
     p.add_argument("--model", required=True, help="the GGUF file of the extracting model")
     p.add_argument("--max-new-tokens", type=int, default=150)
     p.add_argument("--baseline", help="a package folder (PYTHONPATH) to build with beside the current one")
-    p.add_argument("--worker", help=argparse_hidden())
+    p.add_argument("--worker", help=argparse.SUPPRESS)  # an arm, run in a fresh process
     p.add_argument("--out", help="write every arm's results (JSON) here")
     p.add_argument("--decode-batches", action="store_true", help="time one decoding step for 1..32 sequences")
     args = p.parse_args()
@@ -149,12 +150,6 @@ def _counts(passages: list[dict]) -> str:
     return (f"{len(passages)} passages, {calls} calls, prompt {sum(p['prompt'] for p in passages):,}, "
             f"completion {sum(p['completion'] for p in passages):,} tokens, "
             f"{sum(len(p['triples']) for p in passages)} triples")
-
-
-def argparse_hidden() -> str:
-    import argparse
-
-    return argparse.SUPPRESS
 
 
 if __name__ == "__main__":

@@ -69,19 +69,17 @@ def scorer_for_model(model: Any, **scorer_options: Any) -> StateScorer:
         shared = LocalModel(model=pipe.model, tokenizer=pipe.tokenizer, name=name, lock=threading.RLock())
         scorer = LocalLMScorer(shared, **scorer_options)
     else:
-        scorer = None
-    if scorer is not None:
-        # what the package's calibrations measured: the generator as its own monitor (scores_own_weights)
-        scorer.own_generator = model  # type: ignore[attr-defined]
-        return scorer
-    raise MonitorUnavailableError(
-        f"the state monitor cannot score with the generator's own model: {type(model).__name__} exposes "
-        "no prompt log-probs that this package can trust. Options: pass scorer= "
-        "(e.g. CompletionsLogprobScorer(base_url, model=...) for a vLLM or SGLang server of the same "
-        "model, or LocalLMScorer(model_path=...) over the same weights), a state value that needs no log-probs "
-        "(TCRAGConfig(metric='consistency'): the model's own resampled answers), or turn the monitor off with "
-        "TCRAGConfig(enable_state_monitor=False)."
-    )
+        raise MonitorUnavailableError(
+            f"the state monitor cannot score with the generator's own model: {type(model).__name__} exposes "
+            "no prompt log-probs that this package can trust. Options: pass scorer= "
+            "(e.g. CompletionsLogprobScorer(base_url, model=...) for a vLLM or SGLang server of the same "
+            "model, or LocalLMScorer(model_path=...) over the same weights), a state value that needs no log-probs "
+            "(TCRAGConfig(metric='consistency'): the model's own resampled answers), or turn the monitor off with "
+            "TCRAGConfig(enable_state_monitor=False)."
+        )
+    # what the package's calibrations measured: the generator as its own monitor (scores_own_weights)
+    scorer.own_generator = model  # type: ignore[attr-defined]
+    return scorer
 
 
 def has_own_monitor(model: Any) -> bool:
