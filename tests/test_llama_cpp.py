@@ -498,3 +498,25 @@ def test_f16_copy_records_its_source(llama):
     copy = f16_copy(packaged_gguf())
     record = json.loads(copy.with_name(copy.name + ".source.json").read_text())
     assert record["path"] == str(packaged_gguf().resolve()) and record["size"] == packaged_gguf().stat().st_size
+
+
+@pytest.mark.parametrize("free_mb", [100, 10**7])
+def test_a_float16_copy_that_fails_on_a_full_disk_says_the_disk(tmp_path, monkeypatch, free_mb):
+    """llama.cpp reports a full disk only as "code 1" (CI once ran out mid-suite): the error names the
+    free space and the size the copy takes when that is the likely cause, and no other time; nothing is left."""
+    import shutil
+
+    from tcrag_langgraph.models.gguf_files import f16_copy
+    from tcrag_langgraph.models.llama_cpp_native import import_llama_cpp
+
+    monkeypatch.setenv("TCRAG_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(import_llama_cpp(), "llama_model_quantize", lambda src, dst, params: 1)
+    monkeypatch.setattr(shutil, "disk_usage", lambda path: shutil._ntuple_diskusage(10**12, 0, free_mb * 2**20))
+    with pytest.raises(LocalModelError, match=r"could not write a float16 copy .* \(code 1\)") as caught:
+        f16_copy(packaged_gguf())
+    if free_mb == 100:
+        assert "the disk is the likely cause: 100 MB free in" in str(caught.value)
+        assert f"~{4 * packaged_gguf().stat().st_size // 2**20} MB" in str(caught.value)
+    else:
+        assert "disk" not in str(caught.value)
+    assert list((tmp_path / "gguf-f16").iterdir()) == []

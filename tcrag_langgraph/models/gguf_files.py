@@ -100,7 +100,8 @@ def f16_copy(path: "str | os.PathLike[str]", file_type: Optional[int] = None) ->
         with quiet_native():
             rc = llama_cpp.llama_model_quantize(str(src).encode(), tmp.encode(), _ct.byref(params))
         if rc != 0:
-            raise LocalModelError(f"llama.cpp could not write a float16 copy of {src} (code {rc})")
+            os.unlink(tmp)
+            raise LocalModelError(f"llama.cpp could not write a float16 copy of {src} (code {rc}){_disk_hint(src, target.parent)}")
         os.replace(tmp, target)
     finally:
         if os.path.exists(tmp):
@@ -108,6 +109,22 @@ def f16_copy(path: "str | os.PathLike[str]", file_type: Optional[int] = None) ->
     record_source(target, src, stat)
     prune_stale(target.parent, "*.f16.gguf", keep=target, stem=src.stem)
     return target
+
+
+def _disk_hint(src: Path, folder: Path) -> str:
+    """Why a float16 copy most often fails: llama.cpp says only "code 1" when the disk fills up."""
+    import shutil
+
+    try:
+        free = shutil.disk_usage(folder).free
+    except OSError:
+        return ""
+    # de-quantized to 16 bits a weight: ~3.5x a 4-bit file's bytes; 4x leaves room for the metadata
+    need = 4 * src.stat().st_size
+    if free >= need:
+        return ""
+    return (f"; the disk is the likely cause: {free // 2**20} MB free in {folder}, and the copy takes up to "
+            f"~{need // 2**20} MB (set TCRAG_CACHE_DIR to a roomier disk, or free some space)")
 
 
 def gguf_file_type(path: Path) -> Optional[int]:
