@@ -10,7 +10,8 @@ from langchain_core.messages import HumanMessage
 from tcrag_langgraph.core import answer_format
 from tcrag_langgraph.methods.crp_rag import StepParseError, merged_step, parse_step
 from tcrag_langgraph.methods.crp_rag.prompts import PROMPT_GENERATE
-from tcrag_langgraph.methods.crp_rag.reply_forms import MERGE_FORM, STEP_FORM, answer_form
+from tcrag_langgraph.methods.crp_rag.reply_forms import (MERGE_FORM, REASONING_LINES, STEP_FORM, answer_form,
+                                                          answer_line_form, reasoning_chars)
 from tcrag_langgraph.models.llama_cpp import LlamaCppChatModel
 from tcrag_langgraph.models.llama_cpp_grammar import grammar_accepts
 
@@ -56,3 +57,33 @@ def test_a_sampled_step_of_the_packaged_model_parses_under_its_form(chat):
         assert sum(ch.isalpha() for ch in reply.content.split("\n")[0][len("Next step: "):]) < 3
     else:
         assert not parsed.repairs or reply.response_metadata["finish_reason"] == "length", parsed
+
+
+def test_the_answer_forms_reasoning_fits_the_replys_budget_and_a_re_prompt_asks_the_answer_line_alone(chat):
+    lm, form = chat.llama_model, answer_form(YNM, max_new_tokens=150)
+    per_line = reasoning_chars(150) // REASONING_LINES
+    line = ("The trial found lower mortality " * 10)[:per_line]
+    assert grammar_accepts(lm, form.grammar, "\n".join([line] * REASONING_LINES) + "\nAnswer: yes")
+    assert not grammar_accepts(lm, form.grammar, "\n".join([line] * (REASONING_LINES + 1)) + "\nAnswer: yes")
+    assert not grammar_accepts(lm, form.grammar, line + "s\nAnswer: yes")  # one character over the line's room
+    assert form.schema["properties"]["reasoning"]["maxLength"] == reasoning_chars(150)
+    # a budget with no room for reasoning leaves the answer line alone, as does the re-prompt's form
+    assert answer_form(YNM, max_new_tokens=16).grammar == answer_line_form(YNM).grammar
+    assert grammar_accepts(lm, answer_line_form(YNM).grammar, "Answer: No.")
+    assert not grammar_accepts(lm, answer_line_form(YNM).grammar, "It did.\nAnswer: no")
+    assert answer_line_form(None) is None and answer_line_form("free text") is None
+
+
+def test_the_packaged_model_reaches_the_answer_line_within_a_small_budget():
+    """Under the old form (free lines, then the answer) the packaged model, asked to explain, wrote until the
+    budget cut it and never wrote the answer line; under the bounded form the reply ends in it."""
+    chat = LlamaCppChatModel(n_threads=1, max_new_tokens=40)
+    prompt = ("Explain in detail, step by step, how metformin lowers blood glucose, and then answer: "
+              "does metformin lower blood glucose? End with a line 'Answer: yes', 'Answer: no' or 'Answer: maybe'.")
+    reply = chat.invoke([HumanMessage(content=prompt)], temperature=0, grammar=answer_form(YNM, max_new_tokens=40).grammar)
+    assert reply.response_metadata["finish_reason"] == "stop", reply.content
+    structured, problem = answer_format.check(YNM, answer_format.final_answer(reply.content, keep_label=False))
+    assert problem is None and structured in YNM
+    unbounded = 'root ::= ( [^\\n]* "\\n" )* "Answer: " ( "yes" | "no" | "maybe" ) "."?\n'
+    cut = chat.invoke([HumanMessage(content=prompt)], temperature=0, grammar=unbounded)
+    assert cut.response_metadata["finish_reason"] == "length" and "Answer:" not in cut.content

@@ -15,7 +15,7 @@ from ...core.kernel import RunFailure
 from ...core.state import TraceEvent
 from .dag import best_path_score, node_by_id, select_paths
 from .prompts import LAST_STEP_NOTE, PROMPT_INTEGRATE, PROMPT_PATH_STEP
-from .reply_forms import answer_form
+from .reply_forms import answer_form, answer_line_form
 from .state import CRPState
 
 __all__ = ["select", "answer"]
@@ -57,7 +57,8 @@ def answer(self, state: CRPState, config: RunnableConfig, runtime: Runtime) -> C
     cfg, _ = self.settings(config, runtime)
     fmt = cfg.answer_format
     rule = answer_format.instructions(fmt)
-    form = answer_form(fmt)  # the last step's and the integration's "Answer:" line in the allowed answers
+    # the last step's and the integration's reasoning, bounded to fit the reply's budget, then the "Answer:" line
+    form = answer_form(fmt, max_new_tokens=cfg.max_new_tokens)
     rule_note = f" The line after 'Answer:' is your Conclusion. {rule}" if rule else ""
     answers: list[str] = []
     final_messages: list[BaseMessage] = []
@@ -94,9 +95,11 @@ def answer(self, state: CRPState, config: RunnableConfig, runtime: Runtime) -> C
         # Bounded: at most max_format_retries re-prompts when the answer does not fit the asked format.
         while fmt is not None and problem is not None and retries < cfg.max_format_retries:
             retries += 1
+            # the reply before reasoned already: the re-prompt asks for the answer line alone
             final_messages = [*final_messages, AIMessage(content=text or "(empty)"),
-                              HumanMessage(content=f"Your answer could not be used: {problem}. {rule}")]
-            text = self.ask(counters, final_messages, cfg, config, form=form).strip()
+                              HumanMessage(content=f"Your answer could not be used: {problem}. {rule} "
+                                                   "Reply with the line 'Answer: <your answer>' alone.")]
+            text = self.ask(counters, final_messages, cfg, config, form=answer_line_form(fmt)).strip()
             final = answer_format.final_answer(text, keep_label=False)
             structured, problem = answer_format.check(fmt, final)
     except RunFailure as failure:

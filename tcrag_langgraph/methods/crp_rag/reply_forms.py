@@ -1,6 +1,7 @@
 """The forms of CRP-RAG's replies (:class:`~tcrag_langgraph.models.constrained.ReplyForm`): a sampled
-reasoning step (prompt A.1), a merge (A.2), and an answer that ends in ``Answer: <one of the allowed
-answers>`` (the last step of a path, the integration A.5, their format re-prompts). The parsers of
+reasoning step (prompt A.1), a merge (A.2), an answer whose few lines of reasoning fit the reply's budget
+and end in ``Answer: <one of the allowed answers>`` (the last step of a path, the integration A.5), and that
+answer line alone (their format re-prompts). The parsers of
 :mod:`.parsing` and :func:`~tcrag_langgraph.core.answer_format.check` still read every reply.
 
 Left free on purpose: the reasoning that decides sufficiency (prompt A.4), since its perplexity *is*
@@ -15,7 +16,7 @@ from typing import Any, Optional
 
 from ...models.constrained import ReplyForm, gbnf_literal
 
-__all__ = ["STEP_FORM", "MERGE_FORM", "answer_form"]
+__all__ = ["STEP_FORM", "MERGE_FORM", "answer_form", "answer_line_form", "reasoning_chars"]
 
 #: prompt A.1: ``Next step: <one line>`` then ``Final: yes|no``, nothing else
 STEP_FORM = ReplyForm(
@@ -32,18 +33,60 @@ MERGE_FORM = ReplyForm(
     from_json=lambda v: f"Next step: {v['next_step']}")
 
 
-@functools.lru_cache(maxsize=32)
-def _answer_form(choices: tuple[str, ...]) -> ReplyForm:
+#: the reasoning before the answer line: at most this many lines
+REASONING_LINES = 3
+#: characters of reasoning a token of the reply's budget pays for. Most English runs ~4 characters a
+#: token; 3 leaves room for digits (one token each) and the answer line, so the reasoning stops before
+#: the budget cuts the reply: at 150 tokens the 1.5B wrote one unbroken line until the budget ran out,
+#: and the answer line the form puts last was never reached (3 of 15 trainval runs, session 22).
+CHARS_PER_TOKEN = 3
+_ANSWER_LINE_TOKENS = 16  # "Answer: maybe." and the line breaks, with room to spare
+
+
+def reasoning_chars(max_new_tokens: int) -> int:
+    """The characters of reasoning a reply of ``max_new_tokens`` tokens has room for before its answer line."""
+    return max(0, int(max_new_tokens) - _ANSWER_LINE_TOKENS) * CHARS_PER_TOKEN
+
+
+def _spelled(choices: tuple[str, ...]) -> str:
     spelled = sorted({s for c in choices for s in (c, c[:1].upper() + c[1:])})
-    grammar = ('root ::= ( [^\\n]* "\\n" )* "Answer: " ( ' + " | ".join(gbnf_literal(s) for s in spelled)
-               + ' ) "."?\n')
+    return "( " + " | ".join(gbnf_literal(s) for s in spelled) + ' ) "."?'
+
+
+@functools.lru_cache(maxsize=32)
+def _answer_form(choices: tuple[str, ...], chars: int) -> ReplyForm:
+    per_line = chars // REASONING_LINES
+    if per_line < 1:
+        return _answer_line_form(choices)
+    grammar = (f'root ::= ( [^\\n]{{1,{per_line}}} "\\n" ){{0,{REASONING_LINES}}} "Answer: " '
+               + _spelled(choices) + "\n")
     schema = {"type": "object", "additionalProperties": False, "required": ["reasoning", "answer"],
-              "properties": {"reasoning": {"type": "string"}, "answer": {"type": "string", "enum": list(choices)}}}
+              "properties": {"reasoning": {"type": "string", "maxLength": chars},
+                             "answer": {"type": "string", "enum": list(choices)}}}
     return ReplyForm("crp_rag_answer", grammar, schema=schema,
                      from_json=lambda v: f"{v['reasoning']}\nAnswer: {v['answer']}".strip())
 
 
-def answer_form(answer_format: Any) -> Optional[ReplyForm]:
-    """Free lines of reasoning, then ``Answer: <choice>`` as the last line, for an answer format of choices;
+@functools.lru_cache(maxsize=32)
+def _answer_line_form(choices: tuple[str, ...]) -> ReplyForm:
+    schema = {"type": "object", "additionalProperties": False, "required": ["answer"],
+              "properties": {"answer": {"type": "string", "enum": list(choices)}}}
+    return ReplyForm("crp_rag_answer_line", 'root ::= "Answer: " ' + _spelled(choices) + "\n", schema=schema,
+                     from_json=lambda v: f"Answer: {v['answer']}")
+
+
+def answer_form(answer_format: Any, *, max_new_tokens: int = 500) -> Optional[ReplyForm]:
+    """At most :data:`REASONING_LINES` lines of reasoning that fit the reply's budget
+    (:func:`reasoning_chars`), then ``Answer: <choice>`` as the last line, for an answer format of choices;
     None otherwise (a free answer, or a pydantic one: parse only)."""
-    return _answer_form(tuple(answer_format)) if isinstance(answer_format, tuple) and answer_format else None
+    if not (isinstance(answer_format, tuple) and answer_format):
+        return None
+    return _answer_form(tuple(answer_format), reasoning_chars(max_new_tokens))
+
+
+def answer_line_form(answer_format: Any) -> Optional[ReplyForm]:
+    """The ``Answer: <choice>`` line alone: the form of a format re-prompt (the reply before it already
+    reasoned, and a second run of reasoning is what the budget cut); None as for :func:`answer_form`."""
+    if not (isinstance(answer_format, tuple) and answer_format):
+        return None
+    return _answer_line_form(tuple(answer_format))
