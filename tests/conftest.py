@@ -32,5 +32,16 @@ def lm():
 
 
 @pytest.fixture
+def model_folder(lm, tmp_path):
+    """A transformers model folder for the packaged model (its config and tokenizer: resolving a model reads
+    no weights). Not ``lm``'s own folder: that sits in whichever test's cache loaded it first, and a
+    passing test's tmp_path is gone at its teardown."""
+    folder = tmp_path / "smollm2-135m-instruct"
+    lm.model.config.save_pretrained(folder)
+    lm.tokenizer.save_pretrained(folder)
+    return folder
+
+
+@pytest.fixture
 def scorer() -> ScriptedScorer:
     return ScriptedScorer()

@@ -56,7 +56,7 @@ def conversation(extra: str = "") -> list:
 
 # --- choosing the backend ----------------------------------------------------------------------
 
-def test_gguf_paths_and_the_packaged_default_run_on_llama_cpp_and_backend_overrides(lm, tmp_path):
+def test_gguf_paths_and_the_packaged_default_run_on_llama_cpp_and_backend_overrides(model_folder):
     gguf = str(packaged_gguf())
     by_file = resolve_chat_model(gguf, max_new_tokens=5, temperature=0.0)
     assert isinstance(by_file, LlamaCppChatModel) and by_file.model_path == gguf
@@ -66,7 +66,7 @@ def test_gguf_paths_and_the_packaged_default_run_on_llama_cpp_and_backend_overri
     assert isinstance(default, LlamaCppChatModel) and default.model_path is None
     assert default.model_id == "SmolLM2-135M-Instruct"
     # transformers: a model folder, an explicit backend, a GPU device or a dtype
-    folder = Path(lm.model.name_or_path)
+    folder = model_folder
     for model in (resolve_chat_model(folder), resolve_chat_model(gguf, backend="transformers"),
                   resolve_chat_model(gguf, dtype="bfloat16"), resolve_chat_model(None, device="cuda")):
         assert type(model) is LocalChatModel

@@ -42,12 +42,12 @@ def test_none_is_the_packaged_model_and_nothing_loads():
     assert chat.model_id == "SmolLM2-135M-Instruct"
 
 
-def test_paths_become_local_chat_models(lm, tmp_path):
+def test_paths_become_local_chat_models(model_folder, tmp_path):
     gguf = packaged_gguf()
     by_file = resolve_chat_model(str(gguf), dtype="bfloat16")
     assert isinstance(by_file, LocalChatModel) and by_file.model_path == str(gguf) and by_file.dtype == "bfloat16"
     assert by_file.model_id == "SmolLM2-135M-Instruct.Q4_1"
-    folder = Path(lm.model.name_or_path)
+    folder = model_folder
     by_folder = resolve_chat_model(folder)  # a PathLike too
     assert by_folder.model_path == str(folder) and by_folder.model_id == folder.name
     with pytest.raises(ValueError, match="does not exist"):

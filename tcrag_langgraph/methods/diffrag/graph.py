@@ -218,7 +218,7 @@ class DiffRAG(RunKernel):
                         HumanMessage(content=f"Your answer could not be used: {problem}. {rule}")]
         trace = self.record(state.get("trace"), config, TraceEvent(
             step=step, action="Answer", op="push", content=final, stack_depth=4,
-            detail=json.dumps({"evidence": len(recalled), "format_retries": retries})))
+            detail=json.dumps({"evidence": len(recalled), "format_retries": retries, "reply": text})))
         if not final:
             reason, error = "model_error", "the model wrote no answer"
         elif problem is not None:
