@@ -26,8 +26,8 @@ PATH_SYSTEM = (
 ANSWER_SYSTEM = (
     "You are a medical expert. Answer the question using the evidence below: triples recalled from "
     "a knowledge graph along the question's reasoning path, with the passages and solved cases they "
-    "came from. Where the evidence does not settle it, answer from what you know. End with "
-    "one line starting with 'Answer:'."
+    "came from. First write one or two sentences on what the evidence found about the question; where "
+    "it does not settle it, answer from what you know. Then end with one line starting with 'Answer:'."
 )
 REPROMPT = (
     "Your reply had no usable triple ({problems}). Write only lines of the form "
