@@ -145,3 +145,17 @@ def test_a_run_of_the_packaged_model_gets_its_plan_through_the_grammar():
     # the same run, parse-and-repair only: the 135M model repeats o= arguments until the budget cuts it
     free = graph.invoke(question, context={"constrain_replies": False})
     assert free["halt_reason"] == "format_error" and not free["forms"]
+
+
+
+def test_a_focus_that_copies_the_prompts_blanks_is_refused_by_the_form(lm):
+    """The 1.5B answered a depth turn with the prompt's own "<focus>...</focus> <answer>...</answer>" on all three
+    tries (a format error on trainval): the parser refuses it, and the form no longer lets it be written."""
+    copied = "<focus>...</focus>\n<answer>...</answer>"
+    with pytest.raises(LogicalFormParseError, match="placeholder"):
+        parse_focus(copied, index=1)
+    assert not grammar_accepts(lm, focus_form(1).grammar, copied)
+    assert not grammar_accepts(lm, focus_form(1).grammar, "<focus>It says so.</focus>\n<answer>...</answer>")
+    assert not grammar_accepts(lm, focus_form(1).grammar, "<focus>...</focus>\n<answer>yes</answer>")
+    assert grammar_accepts(lm, focus_form(1).grammar, "<focus></focus>\n<answer>yes</answer>")  # an empty focus is no copy
+
