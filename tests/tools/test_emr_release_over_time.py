@@ -188,6 +188,23 @@ def test_pending_patients_join_a_later_batch_and_old_groups_never_move(base, tmp
     assert [tuple(b) for b in batches] == [(1, sum(g.size for g in before[0])), (2, K)]
 
 
+def test_a_replica_that_publishes_between_our_count_and_our_read_is_served(base, tmp_path, queries, before):
+    # the interleaving CI once hit by chance (one of the two threads above served an empty release): this
+    # replica counts k pending patients, the other publishes them all, and this one then finds nothing to group
+    fresh = unpublished_copy(base, tmp_path / "fresh.sqlite")
+    ours, theirs = (EMRDatabase(f"sqlite:///{fresh}", populate=False) for _ in range(2))
+    count = ours._count_pending
+
+    def count_then_lose_the_race():
+        pending = count()
+        assert theirs.release() == before[0]
+        return pending
+
+    ours._count_pending = count_then_lose_the_race
+    assert ours.release() == before[0]
+    assert answers(ours, queries) == before[1]
+
+
 def test_replicas_and_restarts_serve_one_release(base, tmp_path, queries, before):
     # two replicas opening an unpublished file at once: one publishes, the other's attempt is refused, both serve
     # the same rows, equal to those the base file was published with

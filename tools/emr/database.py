@@ -171,9 +171,11 @@ class EMRDatabase:
                 self._release_seen = seen
                 if self._release is None or seen[0] != self._release_batch:
                     self._release, self._release_batch = self._load_release(seen[0]), seen[0]
-                if self._count_pending() >= self.min_cohort_size and self._publish(seen[0] + 1):
-                    # a batch went in (ours, or a replica's that won the race): read it, then look again at
-                    # what is still pending (each round covers at least k patients, so this ends)
+                if self._count_pending() >= self.min_cohort_size:
+                    self._publish(seen[0] + 1)
+                    # look again whatever came of it: a batch may have gone in (ours, or a replica's that won the
+                    # race), and a replica that published between our count and our read left us nothing to
+                    # group; an unchanged look ends the loop, a changed one covers at least k more patients
                     seen = self._watch()
             return self._release
 
@@ -192,8 +194,9 @@ class EMRDatabase:
         with self.engine.connect() as conn:
             return int(conn.execute(select(func.count()).select_from(patients).where(self._pending())).scalar_one())
 
-    def _publish(self, batch: int) -> bool:
-        """Publish the pending patients' groups as ``batch``; False if they form none (nothing written)."""
+    def _publish(self, batch: int) -> None:
+        """Publish the pending patients' groups as ``batch``; nothing is written if they form none, or if a
+        replica published that batch first."""
         k = self.min_cohort_size
         ids = select(patients.c.patient_id).where(self._pending())
         with self.engine.connect() as conn:
@@ -204,7 +207,7 @@ class EMRDatabase:
             facts = self._facts(conn, ids)
         groups = release_groups({pid: (int(ages[pid]), f) for pid, f in facts.items() if pid in ages}, k=k)
         if not groups:
-            return False
+            return
         try:
             with self.engine.begin() as conn:
                 conn.execute(insert(release_batches), [{"k": k, "batch": batch, "n_patients": sum(g.size for g in groups)}])
@@ -220,7 +223,6 @@ class EMRDatabase:
             # another process or replica published this batch (or covered one of these patients) first:
             # nothing of ours was written, and the caller reads what it published
             pass
-        return True
 
     def _load_release(self, batch: int) -> list[ReleasedGroup]:
         """The published groups of batches 1..``batch`` (later ones, committed meanwhile, wait for the next call)."""
