@@ -113,6 +113,41 @@ def test_hash_references_propagate_into_queries_and_deduce():
     assert [s["source"] for s in out["solutions"]] == ["retrieved", "retrieved", "deduce"]
 
 
+def test_a_choice_deduce_shows_literal_options_as_choices_and_its_reply_stays_in_the_trace():
+    # the 1.5B's commonest plan on yes/no questions: one Deduce over the quoted options, no Retrieval
+    plan = ("Step1: Does aspirin lower the risk of a second heart attack?\n"
+            "Action1: Deduce(op=choice, content=['yes', 'no', 'maybe'], target='whether aspirin lowers the risk')->d1\n"
+            "Step2: Output #1\nAction2: Output(#1)")
+    reply = "Trials show aspirin lowers the risk of a second infarction. <answer>yes</answer>"
+    model = recording_model([plan, reply])
+    out = build_kag_thinker_graph(model=model, options={"knowledge_boundary": False}).invoke(
+        {"question": "Does aspirin lower the risk of a second heart attack?"})
+    prompt = model.seen[1][-1].content
+    known = prompt.split("Known facts:\n", 1)[1].split("\n", 1)[0]
+    assert known == "(none retrieved: reason from what you know)"
+    assert "Choices: yes / no / maybe\n" in prompt and "- yes" not in prompt
+    deduce = events(out, "Deduce")[-1]
+    assert detail(deduce)["reply"] == reply and deduce.content == "yes"
+    assert out["answer"] == "yes" and out["halt_reason"] == "answered"
+
+
+def test_a_choice_deduce_over_earlier_answers_keeps_them_as_facts():
+    seen: list[str] = []
+    tool = recording_tool("DOC", "Passage about {input}.", seen)
+    plan = ("Step1: Does aspirin lower infarction risk?\n"
+            "Action1: Retrieval(s=s1:drug['aspirin'], p=p1:lowers, o=o1:risk)\n"
+            "Step2: Pick the answer from #1.\n"
+            "Action2: Deduce(op=choice, content=['#1', 'yes', 'no'], target='the answer')->d2\n"
+            "Step3: Output #2\nAction3: Output(#2)")
+    model = recording_model([plan, "<focus>ref 0</focus><answer>it lowers the risk by a quarter</answer>",
+                             "The passage says it does. <answer>yes</answer>"])
+    out = build_kag_thinker_graph(model=model, tools=[tool], options={"knowledge_boundary": False}).invoke(
+        {"question": "Does aspirin lower infarction risk?"})
+    prompt = model.seen[2][-1].content
+    assert "Known facts:\n- #1: it lowers the risk by a quarter\nChoices: yes / no\n" in prompt
+    assert out["answer"] == "yes"
+
+
 @pytest.mark.parametrize("verdict, min_prob, skipped", [
     ("True", 0.9, True), ("True", 0.05, False), ("False", 0.9, False), ("False", 0.05, False)])
 def test_knowledge_boundary_needs_both_tests(verdict, min_prob, skipped):

@@ -23,6 +23,7 @@ from .prompts import (
     DECOMPOSE_INSTRUCTIONS,
     DEDUCE_PROMPT,
     MATH_PROMPT,
+    NO_KNOWN_FACTS,
     OUTPUT_PROMPT,
 )
 from .replies import _parse_deduction
@@ -107,12 +108,26 @@ def deduce(self, state: KAGThinkerState, config: RunnableConfig, runtime: Runtim
     form = LogicalForm.model_validate(state["forms"][state["cursor"]])
     answers = self.answers(state)
     work.update(trace=state.get("trace"), llm_calls=state.get("llm_calls", 0), token_usage=state.get("token_usage"))
-    prompt = DEDUCE_PROMPT.format(op=form.op or "extract", content=self.known_facts(form, answers),
-                                  target=self.substitute(form.target or form.step, form, answers),
+    facts, choices = form, ""
+    if form.op in ("choice", "multiChoice") and any(item.text is not None for item in form.content):
+        options = [item.text for item in form.content if item.text is not None]
+        choices = "Choices: " + " / ".join(options) + "\n"
+        facts = form.model_copy(update={"content": [item for item in form.content if item.text is None]})
+    known = self.known_facts(facts, answers) if facts.content or facts.references else NO_KNOWN_FACTS
+    prompt = DEDUCE_PROMPT.format(op=form.op or "extract", content=known,
+                                  choices=choices, target=self.substitute(form.target or form.step, form, answers),
                                   question=state["question"])
-    answer = self.ask_parsed(work, [HumanMessage(content=prompt)], _parse_deduction, cfg, config, what="Deduce",
+    replies: list[str] = []
+
+    def parse(text: str) -> str:
+        replies.append(text)
+        return _parse_deduction(text)
+
+    answer = self.ask_parsed(work, [HumanMessage(content=prompt)], parse, cfg, config, what="Deduce",
                              instructions="End with <answer>your conclusion</answer>.", form=DEDUCE_FORM)
-    return self.solved(state, work, config, form, answer=answer, source="deduce", detail={"op": form.op})
+    # the reasoning stays in the trace: why a Deduce answered what it did is read there, not guessed
+    return self.solved(state, work, config, form, answer=answer, source="deduce",
+                       detail={"op": form.op, "reply": replies[-1][:2000]})
 
 def output(self, state: KAGThinkerState, config: RunnableConfig, runtime: Runtime) -> Command[Literal["__end__"]]:
     """The referenced answers are the final answer; with an ``answer_format`` the executor puts

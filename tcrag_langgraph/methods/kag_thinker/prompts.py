@@ -47,12 +47,18 @@ Action: Retrieval(s=..., p=..., o=...)
 {references}
 Question: {question}"""
 
-DEDUCE_PROMPT = """Reason over the known facts to reach the target ({op}).
+# The known facts are the earlier steps' answers; a choice's literal options are shown as choices, not as
+# facts (the 1.5B, shown "Known facts: yes / no / maybe" and nothing else, reasoned that nothing was known
+# and answered "maybe": 19 of its 42 "maybe" on issue 41's test questions)
+DEDUCE_PROMPT = """Reason to reach the target ({op}).
 Known facts:
 {content}
-Target: {target}
+{choices}Target: {target}
 Original question: {question}
-Think briefly, then wrap the result in <answer>...</answer>."""
+In one or two sentences say what the known facts, and what you know of the subject, show about the target; then wrap the result in <answer>...</answer>."""
+
+#: the known facts of a Deduce whose inputs are all literal options (no earlier step's answer)
+NO_KNOWN_FACTS = "(none retrieved: reason from what you know)"
 
 OUTPUT_PROMPT = """Question: {question}
 Answers found for its sub-questions:
