@@ -8,6 +8,7 @@ without log-probs would) by ``consistency`` (the model's own resampled answers);
 from __future__ import annotations
 
 import json
+import re
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
@@ -192,8 +193,9 @@ def test_a_served_model_gets_the_form_its_server_honours_and_the_parser_reads_th
     from tcrag_langgraph.methods.kag_thinker.reply_forms import answer_choice_form
     from tcrag_langgraph.models.constrained import ReplyForm, served_constraint
 
-    def chat(url: str) -> ChatOpenAI:
-        return ChatOpenAI(model="smollm2", base_url=url, api_key=API_KEY, max_retries=0, temperature=0, max_tokens=16)
+    def chat(url: str, max_tokens: int = 16) -> ChatOpenAI:
+        return ChatOpenAI(model="smollm2", base_url=url, api_key=API_KEY, max_retries=0, temperature=0,
+                          max_tokens=max_tokens)
 
     grammar_server, schema_server = chat(served), chat(json_schema_only)
     assert served_constraint(grammar_server) == "grammar"
@@ -203,9 +205,10 @@ def test_a_served_model_gets_the_form_its_server_honours_and_the_parser_reads_th
     assert kernel.ask(fresh_run(), [HumanMessage(content="Say hi")], TCRAGConfig(), {}, form=forced) == "Zebra crossing"
     # a schema server answers in the form's JSON; the kernel hands the parser the form's own text
     prompt = [HumanMessage(content="Is vitamin C deficiency the cause of scurvy? Answer yes, no or maybe.")]
-    text = RunKernel(schema_server, [], None, TCRAGConfig()).ask(fresh_run(), prompt, TCRAGConfig(), {},
-                                                                 form=answer_choice_form(("yes", "no", "maybe")))
-    assert text in ("<answer>yes</answer>", "<answer>no</answer>", "<answer>maybe</answer>"), text
+    # (room for the form's reasoning, at most 400 characters, before the answer)
+    text = RunKernel(chat(json_schema_only, 160), [], None, TCRAGConfig()).ask(
+        fresh_run(), prompt, TCRAGConfig(), {}, form=answer_choice_form(("yes", "no", "maybe")))
+    assert re.fullmatch(r"[^<{]*<answer>(yes|no|maybe)</answer>", text), text
     # a form without a JSON schema is not sent to a schema server: parse and repair only
     assert RunKernel(schema_server, [], None, TCRAGConfig()).ask(fresh_run(), [HumanMessage(content="Say hi")],
                                                                  TCRAGConfig(), {}, form=forced) != "Zebra crossing"

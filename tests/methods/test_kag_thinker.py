@@ -450,11 +450,17 @@ def test_output_puts_the_answer_in_the_asked_format():
         {"question": "Did Melville write it?"}, context={"answer_format": ["yes", "no"]})
     assert (out["structured_answer"], out["llm_calls"], out["halt_reason"]) == ("yes", 2, "answered")
     # Not in the form: the Output executor asks, re-prompts once, then it fits.
-    model = recording_model([plan, "<answer>Herman Melville</answer>", "<answer>B or A</answer>", "<answer>(B)</answer>"])
+    model = recording_model([plan, "<answer>Herman Melville</answer>", "<answer>B or A</answer>",
+                             "Melville wrote it, and B names him.\n<answer>(B)</answer>"])
     out = build_kag_thinker_graph(model=model, tools=[tool], options=options).invoke(
         {"question": "Who wrote it? A. Hawthorne B. Melville"}, context={"answer_format": ["A", "B"]})
     assert (out["answer"], out["structured_answer"], out["llm_calls"]) == ("(B)", "B", 4)
-    assert "- #1: Herman Melville" in model.seen[2][-1].content and "exactly one of: A, B" in model.seen[2][-1].content
+    # the prompt shows each sub-question beside what it found, and asks for a sentence before the answer
+    asked = model.seen[2][-1].content
+    assert "- Who wrote The Pequod? -> Herman Melville" in asked and "exactly one of: A, B" in asked
+    assert "one or two sentences" in asked
+    # the reasoning that chose the answer is in the Output event
+    assert detail(events(out, "Output")[-1])["reply"].startswith("Melville wrote it, and B names him.")
     assert out["messages"][-1].response_metadata["structured_answer"] == "B"
     # Never in the form: bounded, format_error, the unformatted answer kept, not validated.
     model = recording_model([plan, "<answer>Herman Melville</answer>", "<answer>Melville</answer>"])

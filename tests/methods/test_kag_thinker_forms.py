@@ -109,6 +109,8 @@ def test_the_other_forms_admit_what_their_parsers_read(lm):
     assert not grammar_accepts(lm, MATH_FORM.grammar, "<expression>#1 plus two</expression>")
     choices = answer_choice_form(("yes", "no", "maybe")).grammar
     assert grammar_accepts(lm, choices, "<answer>maybe</answer>") and not grammar_accepts(lm, choices, "<answer>perhaps</answer>")
+    assert grammar_accepts(lm, choices, "21 of 40 improved, so yes.\n<answer>yes</answer>")
+    assert not grammar_accepts(lm, choices, "so <b>yes</b> <answer>yes</answer>")
 
 
 @pytest.mark.parametrize("seed", [1, 2])

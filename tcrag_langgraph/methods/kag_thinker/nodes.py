@@ -141,28 +141,32 @@ def output(self, state: KAGThinkerState, config: RunnableConfig, runtime: Runtim
     work: dict[str, Any] = {"steps": state.get("steps", 0) + 1, "trace": state.get("trace"),
                             "llm_calls": state.get("llm_calls", 0), "token_usage": state.get("token_usage")}
     fmt = cfg.answer_format
-    structured, reason, error = None, "answered", None
+    structured, reason, error, reply = None, "answered", None, None
     if answer is None:
         reason, error = "no_answer", "the Output step's references have no answer"
     elif fmt is not None:
         structured, problem = answer_format.check(fmt, answer)
         if problem is not None:
             try:
-                answer, structured = self.formatted(work, state, form, answers, answer, fmt, cfg, config)
+                answer, structured, reply = self.formatted(work, state, answers, answer, fmt, cfg, config)
             except RunFailure as fault:
                 reason, error = fault.reason, str(fault)
     work["trace"] = self.event({**state, **work}, config, action="Output", content=answer or "",
-                               detail={"step": form.index, "outputs": form.references, "unresolved": unresolved})
+                               detail={"step": form.index, "outputs": form.references, "unresolved": unresolved,
+                                       **({"reply": reply} if reply is not None else {})})
     work["structured_answer"] = structured
     return self.halt(state, config, reason=reason, answer=answer, extra=work, error=error,
                      validated=reason == "answered" and not unresolved)
 
-def formatted(self, work: dict[str, Any], state: Mapping[str, Any], form: LogicalForm, answers: Mapping[int, str],
-              answer: str, fmt: Any, cfg: TCRAGConfig, config: RunnableConfig) -> tuple[str, Any]:
-    """``(answer, structured answer)`` in the asked format, re-prompted at most ``max_format_retries`` times."""
+def formatted(self, work: dict[str, Any], state: Mapping[str, Any], answers: Mapping[int, str], answer: str,
+              fmt: Any, cfg: TCRAGConfig, config: RunnableConfig) -> tuple[str, Any, str]:
+    """``(answer, structured answer, the model's reply)`` in the asked format, re-prompted at most
+    ``max_format_retries`` times. The model sees every sub-question beside what it found."""
     rule = answer_format.instructions(fmt, subject="The final answer")
+    replies: list[str] = []
 
     def parse(text: str) -> tuple[str, Any]:
+        replies.append(text)
         body = re.sub(r"<think>.*?</think>", " ", _normalise(text), flags=re.DOTALL | re.IGNORECASE)
         final = _tagged(body, "answer") or body.strip()
         structured, problem = answer_format.check(fmt, final)
@@ -170,8 +174,11 @@ def formatted(self, work: dict[str, Any], state: Mapping[str, Any], form: Logica
             raise LogicalFormParseError(problem)
         return final, structured
 
-    prompt = OUTPUT_PROMPT.format(question=state["question"], facts=self.known_facts(form, answers), answer=answer,
-                                  rule=rule)
-    form = answer_choice_form(tuple(fmt)) if isinstance(fmt, tuple) else None  # a pydantic format: parse only
-    return self.ask_parsed(work, [HumanMessage(content=prompt)], parse, cfg, config, what="Output", instructions=rule,
-                           form=form)
+    steps = {f["index"]: f["step"] for f in state["forms"]}
+    findings = "\n".join(f"- {steps.get(k, f'#{k}')} -> {found}" for k, found in answers.items()) or "(none)"
+    prompt = OUTPUT_PROMPT.format(question=state["question"], facts=findings, answer=answer, rule=rule)
+    reply_form = answer_choice_form(tuple(fmt)) if isinstance(fmt, tuple) else None  # a pydantic format: parse only
+    final, structured = self.ask_parsed(work, [HumanMessage(content=prompt)], parse, cfg, config, what="Output",
+                                        instructions=rule, form=reply_form)
+    # the reasoning stays in the trace, as a Deduce's does
+    return final, structured, replies[-1][:2000]

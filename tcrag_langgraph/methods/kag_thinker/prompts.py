@@ -60,12 +60,16 @@ In one or two sentences say what the known facts, and what you know of the subje
 #: the known facts of a Deduce whose inputs are all literal options (no earlier step's answer)
 NO_KNOWN_FACTS = "(none retrieved: reason from what you know)"
 
+# Asked only when the referenced answers do not fit the answer format (a Math result "21", a retrieved
+# "0.6 mm/mo."). Each finding is shown beside its sub-question, and one or two sentences come before the
+# answer: shown a bare number and told to write just yes, no or maybe, the 1.5B wrote "maybe" (2 of the 4
+# non-Deduce Outputs of issue 41's trainval run tv48b, both wrong)
 OUTPUT_PROMPT = """Question: {question}
-Answers found for its sub-questions:
+What its sub-questions found:
 {facts}
 Answer so far: {answer}
-{rule}
-Write the final answer in <answer>...</answer>."""
+In one or two sentences say which answer these findings, and what you know of the subject, support; then write the final answer in <answer>...</answer>.
+{rule}"""
 
 MATH_PROMPT = """Write one arithmetic expression (numbers, + - * / ** and parentheses only) that computes the target.
 Known facts:

@@ -187,9 +187,15 @@ MATH_FORM = ReplyForm(
 
 @functools.lru_cache(maxsize=32)
 def answer_choice_form(choices: tuple[str, ...]) -> ReplyForm:
-    """The final answer as exactly one of the allowed ``choices``, in <answer>...</answer>."""
-    grammar = 'root ::= "<answer>" ( ' + " | ".join(gbnf_literal(c) for c in choices) + ' ) "</answer>"\n'
-    schema = {"type": "object", "additionalProperties": False, "required": ["answer"],
-              "properties": {"answer": {"type": "string", "enum": list(choices)}}}
-    return ReplyForm("kag_thinker_answer", grammar, schema=schema, from_json=_tagged_text("answer"))
+    """Free reasoning (no tags), then the final answer as exactly one of the allowed ``choices`` in
+    <answer>...</answer> (in JSON: ``reasoning``, at most 400 characters, then ``answer``)."""
+    grammar = 'root ::= [^<]* "<answer>" ( ' + " | ".join(gbnf_literal(c) for c in choices) + ' ) "</answer>"\n'
+    schema = {"type": "object", "additionalProperties": False, "required": ["reasoning", "answer"],
+              "properties": {"reasoning": {"type": "string", "maxLength": 400},
+                             "answer": {"type": "string", "enum": list(choices)}}}
+    return ReplyForm("kag_thinker_answer", grammar, schema=schema, from_json=_reasoned_answer)
+
+
+def _reasoned_answer(value: Any) -> str:
+    return f"{value.get('reasoning') or ''}\n<answer>{value['answer']}</answer>".lstrip()
 
