@@ -20,12 +20,9 @@ __all__ = [
 # into the graph and an example summary into a node's knowledge; forms use <placeholders> instead.
 # --------------------------------------------------------------------------------------------
 
-# Requirement 2's last clause is ours: on issue 41's trainval run (tv47crp) 52 of the 1.5B's 127 reasoning
-# nodes were research plans ("Conduct a study comparing leukocyte counts ..."), whose paths then answered
-# "maybe"; even choosing the best of each question's path answers would have got 14 of 30 right (SR-RAG 18)
 PROMPT_GENERATE = """Please propose the next reasoning step to answer the given question based on the provided conditions. Requirements:
 1. The content of the next reasoning step must be grounded on the known conditions.
-2. The content of the next reasoning step should be a sub-question or an explanation. The sub-question should be one that needs to be answered to address the given question based on the known conditions, and one that published findings or known facts can answer (what was found, whether one thing goes with another), not a task to carry out (conduct a study, collect data, analyze a method).
+2. The content of the next reasoning step should be a sub-question or an explanation. The sub-question should be one that needs to be answered to address the given question based on the known conditions.
 3. If the known conditions already lead to the answer, the next step is the final step: it states the answer.
 Reply with exactly two lines:
 Next step: <the next reasoning step, one sentence>
