@@ -120,11 +120,19 @@ class KAGThinker(RunKernel):
                    form: Optional[ReplyForm] = None) -> Any:
         """Ask, parse; on a parse error re-prompt with the error, at most ``max_format_retries`` times.
         ``form``: the reply's declared form (:mod:`.reply_forms`), constrained where the model takes it."""
+        return self.ask_parsed_reply(state, messages, parse, cfg, config, what=what, instructions=instructions,
+                                     form=form)[0]
+
+    def ask_parsed_reply(self, state: dict[str, Any], messages: list[BaseMessage], parse: Callable[[str], Any],
+                         cfg: TCRAGConfig, config: RunnableConfig, *, what: str, instructions: str,
+                         form: Optional[ReplyForm] = None) -> tuple[Any, str]:
+        """:meth:`ask_parsed`, and the reply it parsed (its first 2,000 characters), for a step whose
+        reasoning goes into the trace (Deduce, Output): why it answered what it did is read there."""
         history = list(messages)
         for attempt in range(cfg.max_format_retries + 1):
             text = self.ask(state, history, cfg, config, form=form)
             try:
-                return parse(text)
+                return parse(text), text[:2000]
             except (LogicalFormParseError, ArithmeticRefused) as err:
                 state["trace"] = self.event(state, config, action=what, op="format_error", content=text[:500],
                                             detail={"error": str(err), "attempt": attempt + 1})

@@ -117,17 +117,11 @@ def deduce(self, state: KAGThinkerState, config: RunnableConfig, runtime: Runtim
     prompt = DEDUCE_PROMPT.format(op=form.op or "extract", content=known,
                                   choices=choices, target=self.substitute(form.target or form.step, form, answers),
                                   question=state["question"])
-    replies: list[str] = []
-
-    def parse(text: str) -> str:
-        replies.append(text)
-        return _parse_deduction(text)
-
-    answer = self.ask_parsed(work, [HumanMessage(content=prompt)], parse, cfg, config, what="Deduce",
-                             instructions="End with <answer>your conclusion</answer>.", form=DEDUCE_FORM)
-    # the reasoning stays in the trace: why a Deduce answered what it did is read there, not guessed
+    answer, reply = self.ask_parsed_reply(work, [HumanMessage(content=prompt)], _parse_deduction, cfg, config,
+                                          what="Deduce", instructions="End with <answer>your conclusion</answer>.",
+                                          form=DEDUCE_FORM)
     return self.solved(state, work, config, form, answer=answer, source="deduce",
-                       detail={"op": form.op, "reply": replies[-1][:2000]})
+                       detail={"op": form.op, "reply": reply})
 
 def output(self, state: KAGThinkerState, config: RunnableConfig, runtime: Runtime) -> Command[Literal["__end__"]]:
     """The referenced answers are the final answer; with an ``answer_format`` the executor puts
@@ -163,10 +157,8 @@ def formatted(self, work: dict[str, Any], state: Mapping[str, Any], answers: Map
     """``(answer, structured answer, the model's reply)`` in the asked format, re-prompted at most
     ``max_format_retries`` times. The model sees every sub-question beside what it found."""
     rule = answer_format.instructions(fmt, subject="The final answer")
-    replies: list[str] = []
 
     def parse(text: str) -> tuple[str, Any]:
-        replies.append(text)
         body = re.sub(r"<think>.*?</think>", " ", _normalise(text), flags=re.DOTALL | re.IGNORECASE)
         final = _tagged(body, "answer") or body.strip()
         structured, problem = answer_format.check(fmt, final)
@@ -178,7 +170,6 @@ def formatted(self, work: dict[str, Any], state: Mapping[str, Any], answers: Map
     findings = "\n".join(f"- {steps.get(k, f'#{k}')} -> {found}" for k, found in answers.items()) or "(none)"
     prompt = OUTPUT_PROMPT.format(question=state["question"], facts=findings, answer=answer, rule=rule)
     reply_form = answer_choice_form(tuple(fmt)) if isinstance(fmt, tuple) else None  # a pydantic format: parse only
-    final, structured = self.ask_parsed(work, [HumanMessage(content=prompt)], parse, cfg, config, what="Output",
-                                        instructions=rule, form=reply_form)
-    # the reasoning stays in the trace, as a Deduce's does
-    return final, structured, replies[-1][:2000]
+    (final, structured), reply = self.ask_parsed_reply(work, [HumanMessage(content=prompt)], parse, cfg, config,
+                                                       what="Output", instructions=rule, form=reply_form)
+    return final, structured, reply
