@@ -4,13 +4,15 @@ step of the packaged model under its form."""
 
 from __future__ import annotations
 
+import re
+
 import pytest
 from langchain_core.messages import HumanMessage
 
 from tcrag_langgraph.core import answer_format
 from tcrag_langgraph.methods.crp_rag import StepParseError, merged_step, parse_step
 from tcrag_langgraph.methods.crp_rag.prompts import PROMPT_GENERATE
-from tcrag_langgraph.methods.crp_rag.reply_forms import (MERGE_FORM, REASONING_LINES, STEP_FORM, answer_form,
+from tcrag_langgraph.methods.crp_rag.reply_forms import (MAX_QUESTION_CHARS, MERGE_FORM, REASONING_LINES, STEP_FORM, answer_form,
                                                           answer_line_form, reasoning_chars)
 from tcrag_langgraph.models.llama_cpp import LlamaCppChatModel
 from tcrag_langgraph.models.llama_cpp_grammar import grammar_accepts
@@ -23,16 +25,32 @@ def chat():
     return LlamaCppChatModel(n_threads=1, max_new_tokens=48)
 
 
-def test_the_step_and_merge_forms_admit_what_the_parsers_read_and_nothing_around_it(chat):
+def test_the_step_and_merge_forms_admit_one_sub_question_the_parsers_read_and_nothing_around_it(chat):
     lm = chat.llama_model
-    step = "Next step: Check whether the trial measured mortality.\nFinal: no"
-    assert parse_step(step).text == "Check whether the trial measured mortality." and grammar_accepts(lm, STEP_FORM.grammar, step)
+    step = "Next step: Did the trial measure mortality?\nFinal: no"
+    assert parse_step(step).text == "Did the trial measure mortality?" and grammar_accepts(lm, STEP_FORM.grammar, step)
+    assert grammar_accepts(lm, STEP_FORM.grammar, "Next step: To what extent does age matter?\nFinal: yes")
     assert not grammar_accepts(lm, STEP_FORM.grammar, "Sure! " + step)  # a preamble the parser would repair
     assert not grammar_accepts(lm, STEP_FORM.grammar, step.replace("Final: no", "Final: probably"))
     assert not grammar_accepts(lm, STEP_FORM.grammar, step + "\nNext step: another")
-    merge = "Next step: Find the drug class of metformin."
-    assert merged_step(merge) == "Find the drug class of metformin." and grammar_accepts(lm, MERGE_FORM.grammar, merge)
+    # what the 1.5B wrote instead of sub-questions (tv47crp): a research plan, a note of ignorance, two questions
+    for not_a_sub_question in ("Conduct a study comparing leukocyte counts of injured and non-injured people.",
+                               "If we don't know anything about the providers, it's not clear.",
+                               "Did the trial measure mortality? Was it randomised?",
+                               "What is " + "the " * (MAX_QUESTION_CHARS // 4) + "dose?"):
+        assert not grammar_accepts(lm, STEP_FORM.grammar, f"Next step: {not_a_sub_question}\nFinal: no")
+    merge = "Next step: Which drug class is metformin in?"
+    assert merged_step(merge) == "Which drug class is metformin in?" and grammar_accepts(lm, MERGE_FORM.grammar, merge)
     assert not grammar_accepts(lm, MERGE_FORM.grammar, "To summarize the paragraphs, we can write:")
+    assert not grammar_accepts(lm, MERGE_FORM.grammar, "Next step: Find the drug class of metformin.")
+
+
+def test_the_schemas_ask_for_the_sub_question_the_grammar_admits():
+    pattern = re.compile(STEP_FORM.schema["properties"]["next_step"]["pattern"])
+    assert pattern.match("Did the trial measure mortality?") and pattern.match("In which organ does it act?")
+    assert not pattern.match("Conduct a study.") and not pattern.match("Is it? Was it?")
+    assert MERGE_FORM.schema["properties"]["next_step"]["pattern"] == pattern.pattern
+    assert STEP_FORM.from_json({"next_step": "Is it safe?", "final": True}) == "Next step: Is it safe?\nFinal: yes"
 
 
 @pytest.mark.parametrize("reply, fits", [

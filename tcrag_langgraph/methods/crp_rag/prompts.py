@@ -22,11 +22,11 @@ __all__ = [
 
 PROMPT_GENERATE = """Please propose the next reasoning step to answer the given question based on the provided conditions. Requirements:
 1. The content of the next reasoning step must be grounded on the known conditions.
-2. The content of the next reasoning step should be a sub-question or an explanation. The sub-question should be one that needs to be answered to address the given question based on the known conditions.
-3. If the known conditions already lead to the answer, the next step is the final step: it states the answer.
+2. The next reasoning step is one sub-question that needs to be answered to address the given question based on the known conditions.
+3. If the answer to this sub-question answers the given question, it is the final step.
 Reply with exactly two lines:
-Next step: <the next reasoning step, one sentence>
-Final: <yes if this step states the answer to the question, otherwise no>
+Next step: <the sub-question, one sentence ending in '?'>
+Final: <yes if its answer answers the question, otherwise no>
 
 The question is: {question}
 The known conditions are: {conditions}"""
@@ -36,7 +36,7 @@ PROMPT_MERGE = """Please merge the information from the multiple given text para
 2. Integrate and list the content uniquely mentioned in each paragraph.
 3. Annotate any conflicting information mentioned across the paragraphs.
 Reply with exactly one line:
-Next step: <the merged reasoning step, one or two sentences>
+Next step: <the merged sub-question, one sentence ending in '?'>
 
 The question is: {question}
 The collection of text paragraphs are:
@@ -78,4 +78,4 @@ The question is: {question}
 The answer set is:
 {answers}"""
 
-STEP_FORMAT_HELP = "Reply with exactly two lines:\nNext step: <the next reasoning step, one sentence>\nFinal: <yes or no>"
+STEP_FORMAT_HELP = "Reply with exactly two lines:\nNext step: <the sub-question, one sentence ending in '?'>\nFinal: <yes or no>"

@@ -1,5 +1,5 @@
 """The forms of CRP-RAG's replies (:class:`~tcrag_langgraph.models.constrained.ReplyForm`): a sampled
-reasoning step (prompt A.1), a merge (A.2), an answer whose few lines of reasoning fit the reply's budget
+reasoning step, a sub-question (prompt A.1), a merge (A.2), an answer whose few lines of reasoning fit the reply's budget
 and end in ``Answer: <one of the allowed answers>`` (the last step of a path, the integration A.5), and that
 answer line alone (their format re-prompts). The parsers of
 :mod:`.parsing` and :func:`~tcrag_langgraph.core.answer_format.check` still read every reply.
@@ -16,22 +16,38 @@ from typing import Any, Optional
 
 from ...models.constrained import ReplyForm, gbnf_literal
 
-__all__ = ["STEP_FORM", "MERGE_FORM", "answer_form", "answer_line_form", "reasoning_chars"]
+__all__ = ["QUESTION_WORDS", "MAX_QUESTION_CHARS", "STEP_FORM", "MERGE_FORM", "answer_form", "answer_line_form", "reasoning_chars"]
 
-#: prompt A.1: ``Next step: <one line>`` then ``Final: yes|no``, nothing else
+#: words a sub-question begins with (capitalised, as the first word of the step)
+QUESTION_WORDS = ("What", "Which", "How", "Why", "When", "Where", "Who", "Whose", "Does", "Do", "Did", "Is", "Are",
+                  "Was", "Were", "Can", "Could", "Should", "Would", "Will", "Has", "Have", "Had", "To what",
+                  "In what", "In which")
+#: longest sub-question (characters): one sentence that fits ``max_step_tokens`` (96) with the Final line
+MAX_QUESTION_CHARS = 240
+
+# A step is a sub-question: a question word, one line without another '?', then '?'. The paper's A.1 also
+# allows "an explanation"; the 1.5B's explanations were research plans ("Conduct a study comparing ...")
+# and notes of ignorance ("If we don't know anything about ..., it's not clear ...") written before any
+# retrieval (tv47crp: 76 of 127 nodes did not begin with a question word; the paths made only of
+# sub-questions answered "maybe" 1 time in 9, the others 17 in 48).
+_SUB_QUESTION = ('( ' + " | ".join(gbnf_literal(w + " ") for w in QUESTION_WORDS)
+                 + f' ) [^\\n?]{{2,{MAX_QUESTION_CHARS}}} "?"')
+_QUESTION_PATTERN = ("^(" + "|".join(QUESTION_WORDS) + ") [^\n?]{2," + str(MAX_QUESTION_CHARS) + "}[?]$")
+
+#: prompt A.1: ``Next step: <a sub-question>`` then ``Final: yes|no``, nothing else
 STEP_FORM = ReplyForm(
-    "crp_rag_step", 'root ::= "Next step: " [^\\n]+ "\\nFinal: " ( "yes" | "no" )\n',
+    "crp_rag_step", f'root ::= "Next step: " {_SUB_QUESTION} "\\nFinal: " ( "yes" | "no" )\n',
     schema={"type": "object", "additionalProperties": False, "required": ["next_step", "final"],
-            "properties": {"next_step": {"type": "string"}, "final": {"type": "boolean"}}},
+            "properties": {"next_step": {"type": "string", "pattern": _QUESTION_PATTERN},
+                           "final": {"type": "boolean"}}},
     from_json=lambda v: f"Next step: {v['next_step']}\nFinal: {'yes' if v['final'] else 'no'}")
 
-#: prompt A.2: one ``Next step:`` line (a reply without one kept the first step: a preamble instead)
+#: prompt A.2: one ``Next step:`` line, a sub-question (a reply without one kept the first step: a preamble instead)
 MERGE_FORM = ReplyForm(
-    "crp_rag_merge", 'root ::= "Next step: " [^\\n]+\n',
+    "crp_rag_merge", f'root ::= "Next step: " {_SUB_QUESTION}\n',
     schema={"type": "object", "additionalProperties": False, "required": ["next_step"],
-            "properties": {"next_step": {"type": "string"}}},
+            "properties": {"next_step": {"type": "string", "pattern": _QUESTION_PATTERN}}},
     from_json=lambda v: f"Next step: {v['next_step']}")
-
 
 #: the reasoning before the answer line: at most this many lines
 REASONING_LINES = 3
