@@ -58,6 +58,14 @@ def failing_tool(name: str):
     return StructuredTool.from_function(run, name=name, description="always fails")
 
 
+def run_plan(replies: list[str], question: str, *, tools=None, config=None):
+    """One run of the graph without the knowledge-boundary check, the model giving ``replies`` in order
+    (recorded): the final state and the model."""
+    model = recording_model(replies)
+    graph = build_kag_thinker_graph(model=model, tools=tools, config=config, options={"knowledge_boundary": False})
+    return graph.invoke({"question": question}), model
+
+
 def events(out, action=None):
     return [e for e in out["trace"] if action is None or e.action == action]
 
@@ -74,8 +82,7 @@ MATH_PLAN = "Step1: What is 6 times 7?\nAction1: Math(content=[], target='6*7')-
 
 
 def test_invalid_plan_is_reprompted_then_used():
-    model = recording_model(["I think the answer is 42.", MATH_PLAN])
-    out = build_kag_thinker_graph(model=model, options={"knowledge_boundary": False}).invoke({"question": "6 x 7?"})
+    out, model = run_plan(["I think the answer is 42.", MATH_PLAN], "6 x 7?")
     assert (out["answer"], out["halt_reason"], out["answer_validated"], out["llm_calls"]) == ("42", "answered", True, 2)
     errors = events(out, "Logical_Form")
     assert [e.op for e in errors][0] == "format_error"
@@ -85,9 +92,7 @@ def test_invalid_plan_is_reprompted_then_used():
 
 
 def test_reprompts_are_bounded():
-    model = recording_model(["nonsense"])  # cycles: always unusable
-    out = build_kag_thinker_graph(model=model, config={"max_format_retries": 2},
-                                  options={"knowledge_boundary": False}).invoke({"question": "6 x 7?"})
+    out, model = run_plan(["nonsense"], "6 x 7?", config={"max_format_retries": 2})  # cycles: always unusable
     assert out["halt_reason"] == "format_error" and out["answer"] is None
     assert out["llm_calls"] == 3 == len(model.seen)
     assert "after 3 tries" in out["error"]
@@ -101,10 +106,9 @@ def test_hash_references_propagate_into_queries_and_deduce():
             "Step2: Where was #1 born?\nAction2: Retrieval(s=o1, p=p2:birthplace, o=o2:place)\n"
             "Step3: Is #2 in the USA?\nAction3: Deduce(op=judgement, content=['o1', '#2'], target='is o2 in the USA')->d3\n"
             "Step4: Output #3\nAction4: Output(#3)")
-    model = recording_model([plan, "<focus>ref 0</focus><answer>Herman Melville</answer>",
-                             "<answer>New York City</answer>", "Yes, it is. <answer>Yes</answer>"])
-    out = build_kag_thinker_graph(model=model, tools=[tool], options={"knowledge_boundary": False}).invoke(
-        {"question": "Was the author of The Pequod born in the USA?"})
+    out, model = run_plan([plan, "<focus>ref 0</focus><answer>Herman Melville</answer>",
+                           "<answer>New York City</answer>", "Yes, it is. <answer>Yes</answer>"],
+                          "Was the author of The Pequod born in the USA?", tools=[tool])
     assert seen == ["Who wrote The Pequod?", "Where was Herman Melville born?"]
     deduce_prompt = model.seen[3][-1].content
     assert "- #1: Herman Melville" in deduce_prompt and "- #2: New York City" in deduce_prompt
@@ -119,9 +123,7 @@ def test_a_choice_deduce_shows_literal_options_as_choices_and_its_reply_stays_in
             "Action1: Deduce(op=choice, content=['yes', 'no', 'maybe'], target='whether aspirin lowers the risk')->d1\n"
             "Step2: Output #1\nAction2: Output(#1)")
     reply = "Trials show aspirin lowers the risk of a second infarction. <answer>yes</answer>"
-    model = recording_model([plan, reply])
-    out = build_kag_thinker_graph(model=model, options={"knowledge_boundary": False}).invoke(
-        {"question": "Does aspirin lower the risk of a second heart attack?"})
+    out, model = run_plan([plan, reply], "Does aspirin lower the risk of a second heart attack?")
     prompt = model.seen[1][-1].content
     known = prompt.split("Known facts:\n", 1)[1].split("\n", 1)[0]
     assert known == "(none retrieved: reason from what you know)"
@@ -139,10 +141,9 @@ def test_a_choice_deduce_over_earlier_answers_keeps_them_as_facts():
             "Step2: Pick the answer from #1.\n"
             "Action2: Deduce(op=choice, content=['#1', 'yes', 'no'], target='the answer')->d2\n"
             "Step3: Output #2\nAction3: Output(#2)")
-    model = recording_model([plan, "<focus>ref 0</focus><answer>it lowers the risk by a quarter</answer>",
-                             "The passage says it does. <answer>yes</answer>"])
-    out = build_kag_thinker_graph(model=model, tools=[tool], options={"knowledge_boundary": False}).invoke(
-        {"question": "Does aspirin lower infarction risk?"})
+    out, model = run_plan([plan, "<focus>ref 0</focus><answer>it lowers the risk by a quarter</answer>",
+                           "The passage says it does. <answer>yes</answer>"], "Does aspirin lower infarction risk?",
+                          tools=[tool])
     prompt = model.seen[2][-1].content
     assert "Known facts:\n- #1: it lowers the risk by a quarter\nChoices: yes / no\n" in prompt
     assert out["answer"] == "yes"
@@ -242,10 +243,8 @@ def test_math_from_references_and_model_written_expression_with_refusal():
             "Step2: Twice #1?\nAction2: Math(content=['#1'], target='#1 * 2')->m2\n"
             "Step3: Add ten years to #2.\nAction3: Math(content=['m2'], target='ten more years than m2')->m3\n"
             "Step4: Output #3\nAction4: Output(m3)")
-    model = recording_model([plan, "<answer>21 years old</answer>", "<expression>__import__('os')</expression>",
-                             "total = m2 + 10"])
-    out = build_kag_thinker_graph(model=model, tools=[tool], options={"knowledge_boundary": False}).invoke(
-        {"question": "Age in ten years, doubled first?"})
+    out, model = run_plan([plan, "<answer>21 years old</answer>", "<expression>__import__('os')</expression>",
+                           "total = m2 + 10"], "Age in ten years, doubled first?", tools=[tool])
     maths = events(out, "Math")
     assert [e.content for e in maths if e.op == "push"] == ["42", "52"]
     assert [detail(e)["written_by"] for e in maths if e.op == "push"] == ["target", "model"]
@@ -258,9 +257,8 @@ def test_math_from_references_and_model_written_expression_with_refusal():
 def test_math_without_a_number_in_the_reference_halts_after_bounded_reprompts():
     plan = ("Step1: Who?\nAction1: Retrieval(s=s1:x['a'], p=p1:r, o=o1:y)\n"
             "Step2: Double #1\nAction2: Math(content=['#1'], target='#1 * 2')->m2\nStep3: Out\nAction3: Output(#2)")
-    model = recording_model([plan, "<answer>nobody</answer>", "#1 * 2", "<expression>#1 * 2</expression>"])
-    out = build_kag_thinker_graph(model=model, tools=[recording_tool("DOC", "x", [])], config={"max_format_retries": 1},
-                                  options={"knowledge_boundary": False}).invoke({"question": "q?"})
+    out, model = run_plan([plan, "<answer>nobody</answer>", "#1 * 2", "<expression>#1 * 2</expression>"], "q?",
+                          tools=[recording_tool("DOC", "x", [])], config={"max_format_retries": 1})
     assert out["halt_reason"] == "format_error" and "holds no number" in out["error"]
     assert out["llm_calls"] == 2 + 2
 
@@ -476,7 +474,6 @@ def test_a_copied_placeholder_is_not_an_answer():
         parse_focus("<focus></focus><answer>The answer</answer>", index=1)
     assert parse_boundary_answer("<answer>\\boxed{your answer}</answer>") is None
     plan = "Step1: Who hosts Splash?\nAction1: Retrieval(s=s1:show['Splash'], p=p1:host, o=o1:person)"
-    model = recording_model([plan, "<answer>the answer</answer>", "<answer>Joey Lawrence</answer>"])
-    out = build_kag_thinker_graph(model=model, tools=[recording_tool("DOC", "Hosted by Joey Lawrence.", [])],
-                                  options={"knowledge_boundary": False}).invoke({"question": "Host?"})
+    out, model = run_plan([plan, "<answer>the answer</answer>", "<answer>Joey Lawrence</answer>"], "Host?",
+                          tools=[recording_tool("DOC", "Hosted by Joey Lawrence.", [])])
     assert out["answer"] == "Joey Lawrence" and [e.op for e in events(out, "Focus")] == ["format_error", "push"]
