@@ -4,10 +4,12 @@ step of the packaged model under its form."""
 
 from __future__ import annotations
 
+import json
 import re
 
 import pytest
 from langchain_core.messages import HumanMessage
+from llama_cpp.llama_grammar import json_schema_to_gbnf
 
 from tcrag_langgraph.core import answer_format
 from tcrag_langgraph.methods.crp_rag import StepParseError, merged_step, parse_step
@@ -45,11 +47,15 @@ def test_the_step_and_merge_forms_admit_one_sub_question_the_parsers_read_and_no
     assert not grammar_accepts(lm, MERGE_FORM.grammar, "Next step: Find the drug class of metformin.")
 
 
-def test_the_schemas_ask_for_the_sub_question_the_grammar_admits():
+def test_the_schemas_ask_for_the_sub_question_the_grammar_admits(chat):
     pattern = re.compile(STEP_FORM.schema["properties"]["next_step"]["pattern"])
     assert pattern.match("Did the trial measure mortality?") and pattern.match("In which organ does it act?")
     assert not pattern.match("Conduct a study.") and not pattern.match("Is it? Was it?")
     assert MERGE_FORM.schema["properties"]["next_step"]["pattern"] == pattern.pattern
+    # what llama-cpp-python's server makes of the schema (its own converter) holds the step to the pattern too
+    served = json_schema_to_gbnf(json.dumps(STEP_FORM.schema))
+    assert grammar_accepts(chat.llama_model, served, json.dumps({"next_step": "Is it safe?", "final": True}))
+    assert not grammar_accepts(chat.llama_model, served, json.dumps({"next_step": "Conduct a study.", "final": True}))
     assert STEP_FORM.from_json({"next_step": "Is it safe?", "final": True}) == "Next step: Is it safe?\nFinal: yes"
 
 
