@@ -14,8 +14,8 @@ from llama_cpp.llama_grammar import json_schema_to_gbnf
 from tcrag_langgraph.core import answer_format
 from tcrag_langgraph.methods.crp_rag import StepParseError, merged_step, parse_step
 from tcrag_langgraph.methods.crp_rag.prompts import PROMPT_GENERATE
-from tcrag_langgraph.methods.crp_rag.reply_forms import (MAX_QUESTION_CHARS, MERGE_FORM, REASONING_LINES, STEP_FORM, answer_form,
-                                                          answer_line_form, reasoning_chars)
+from tcrag_langgraph.methods.crp_rag.reply_forms import (MAX_QUESTION_CHARS, MERGE_FORM, REASONING_LINES, STEP_FORM,
+                                                          answer_form, answer_line_form, reasoning_chars)
 from tcrag_langgraph.models.llama_cpp import LlamaCppChatModel
 from tcrag_langgraph.models.llama_cpp_grammar import grammar_accepts
 

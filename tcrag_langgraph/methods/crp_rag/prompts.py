@@ -20,6 +20,7 @@ __all__ = [
 # into the graph and an example summary into a node's knowledge; forms use <placeholders> instead.
 # --------------------------------------------------------------------------------------------
 
+# Requirement 2 and the reply line ask for a sub-question only, the form reply_forms.STEP_FORM admits (why: there)
 PROMPT_GENERATE = """Please propose the next reasoning step to answer the given question based on the provided conditions. Requirements:
 1. The content of the next reasoning step must be grounded on the known conditions.
 2. The next reasoning step is one sub-question that needs to be answered to address the given question based on the known conditions.

@@ -1,6 +1,6 @@
 """The forms of CRP-RAG's replies (:class:`~tcrag_langgraph.models.constrained.ReplyForm`): a sampled
-reasoning step, a sub-question (prompt A.1), a merge (A.2), an answer whose few lines of reasoning fit the reply's budget
-and end in ``Answer: <one of the allowed answers>`` (the last step of a path, the integration A.5), and that
+reasoning step, a sub-question (prompt A.1), a merge (A.2), an answer whose few lines of reasoning fit the
+reply's budget and end in ``Answer: <one of the allowed answers>`` (the last step of a path, the integration A.5), and that
 answer line alone (their format re-prompts). The parsers of
 :mod:`.parsing` and :func:`~tcrag_langgraph.core.answer_format.check` still read every reply.
 
@@ -16,7 +16,8 @@ from typing import Any, Optional
 
 from ...models.constrained import ReplyForm, gbnf_literal
 
-__all__ = ["QUESTION_WORDS", "MAX_QUESTION_CHARS", "STEP_FORM", "MERGE_FORM", "answer_form", "answer_line_form", "reasoning_chars"]
+__all__ = ["QUESTION_WORDS", "MAX_QUESTION_CHARS", "STEP_FORM", "MERGE_FORM", "answer_form", "answer_line_form",
+           "reasoning_chars"]
 
 #: words a sub-question begins with (capitalised, as the first word of the step)
 QUESTION_WORDS = ("What", "Which", "How", "Why", "When", "Where", "Who", "Whose", "Does", "Do", "Did", "Is", "Are",
