@@ -47,14 +47,17 @@ endif
 # LangChain's standard suites (langchain-tests) run in a pytest process of their own, in random order
 # (pytest-randomly prints the seed: rerun an order with --randomly-seed=SEED); the rest keeps its file
 # order, which some modules rely on (pyproject.toml turns pytest-randomly off by default).
+# The rest runs on two pytest-xdist workers, a test file whole on one worker (--dist loadfile keeps each
+# file's order and its module fixtures); tests/conftest.py gives each worker one thread.
 STANDARD := tests/test_standard_conformance.py
+WORKERS  ?= 2
 
 test: $(STAMP)
-	$(BIN)/python -m pytest --ignore=$(STANDARD)
+	$(BIN)/python -m pytest -n $(WORKERS) --dist loadfile --ignore=$(STANDARD)
 	$(BIN)/python -m pytest -p randomly $(STANDARD)
 
 test-fast: $(STAMP)
-	$(BIN)/python -m pytest -m "not slow" --ignore=$(STANDARD)
+	$(BIN)/python -m pytest -n $(WORKERS) --dist loadfile -m "not slow" --ignore=$(STANDARD)
 	$(BIN)/python -m pytest -m "not slow" -p randomly $(STANDARD)
 
 clean:

@@ -6,6 +6,12 @@ import os
 import pytest
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    # `make test` runs two pytest-xdist workers on CI's two cores: one thread each for llama.cpp and torch
+    # (and the servers the tests start, which inherit this environment). Two workers spinning two threads
+    # apiece on two cores run several times slower than one apiece. Set before torch is imported.
+    os.environ.setdefault("TCRAG_THREADS", "1")
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 # The test doubles live in the package (one home, documented); the tests import them from here.
 from tcrag_langgraph.testing import RecordingChatModel, ScriptedScorer  # noqa: E402,F401
