@@ -51,13 +51,14 @@ endif
 # file's order and its module fixtures); tests/conftest.py gives each worker one thread.
 STANDARD := tests/test_standard_conformance.py
 WORKERS  ?= 2
+IN_WORKERS := -n $(WORKERS) --dist loadfile
 
 test: $(STAMP)
-	$(BIN)/python -m pytest -n $(WORKERS) --dist loadfile --ignore=$(STANDARD)
+	$(BIN)/python -m pytest $(IN_WORKERS) --ignore=$(STANDARD)
 	$(BIN)/python -m pytest -p randomly $(STANDARD)
 
 test-fast: $(STAMP)
-	$(BIN)/python -m pytest -n $(WORKERS) --dist loadfile -m "not slow" --ignore=$(STANDARD)
+	$(BIN)/python -m pytest $(IN_WORKERS) -m "not slow" --ignore=$(STANDARD)
 	$(BIN)/python -m pytest -m "not slow" -p randomly $(STANDARD)
 
 clean:
