@@ -39,6 +39,7 @@ class RoutedChatModel(BaseChatModel):
     merges: list[str] = []
     model_name: str = "routed-test-model"
     fail_after: Optional[int] = None  # raise on this call number (0-based)
+    settle: str = "The retrieved passage says it does.\nAnswer: yes"  # the reply to the open-answer prompt
     _seen: list = PrivateAttr(default_factory=list)
     _step_i: int = PrivateAttr(default=0)
     _merge_i: int = PrivateAttr(default=0)
@@ -68,6 +69,8 @@ class RoutedChatModel(BaseChatModel):
             self._merge_i += 1
         elif "merge the relevant knowledge" in first:
             kind, reply = "aggregate", f"Knowledge for: {named.group(1)}"
+        elif "relevant knowledge retrieved for it" in first:
+            kind, reply = "settle", self.settle
         elif first.startswith("Please answer the question according to the relevant knowledge"):
             kind, reply = "reason", f"Reasoning on: {named.group(1)}"
         elif first.startswith("Answer the current reasoning step"):
@@ -506,6 +509,74 @@ def test_answer_format_is_enforced_with_bounded_reprompts():
     assert out["answer"] == "Metformin is a biguanide." and out["structured_answer"] is None
     reprompts = [text for kind, text in model.seen if kind == "path_step"][1:]
     assert len(reprompts) == 2 and reprompts[0].startswith("Your answer could not be used: ")
+
+
+def test_an_open_answer_is_settled_from_the_questions_own_retrieval():
+    graph, model, _ = make([step("Maybe, the studies disagree.", True)], options=CRPRAGOptions(fan_out=1))
+    out = graph.invoke({"question": QUESTION}, context={"answer_format": ["yes", "no", "maybe"]})
+    assert out["path_answers"][0].endswith("Answer: Maybe, the studies disagree.")
+    settle = next(text for kind, text in model.seen if kind == "settle")
+    assert f"The question is: {QUESTION}" in settle and f"Passage about {QUESTION}." in settle  # the question's own search
+    assert "exactly one of: yes, no, maybe" in settle
+    assert out["halt_reason"] == "answered" and out["answer"] == "yes" and out["structured_answer"] == "yes"
+    assert out["answer_validated"] is False  # no sufficiency check judged the question's own retrieval
+    assert out["tool_calls"] == 2 and model.kinds()[-1] == "settle"
+    event = next(e for e in out["trace"] if e.action == "Open_Answer")
+    assert '"left_open": "maybe"' in event.detail and '"settled": "yes"' in event.detail and '"DOC_RAG"' in event.detail
+
+
+def test_an_open_answer_stands_when_settling_is_off_or_cannot_change_it():
+    paths_maybe = [step("Maybe, the studies disagree.", True)]
+    yes_no_maybe = {"answer_format": ["yes", "no", "maybe"]}
+    # None: the paper's behaviour, no extra call
+    graph, model, _ = make(paths_maybe, options=CRPRAGOptions(fan_out=1, open_answer=None))
+    out = graph.invoke({"question": QUESTION}, context=yes_no_maybe)
+    assert out["structured_answer"] == "maybe" and out["answer_validated"] is True
+    assert "settle" not in model.kinds() and out["tool_calls"] == 1
+    # per run, like every option
+    graph, model, _ = make(paths_maybe, options=CRPRAGOptions(fan_out=1))
+    out = graph.invoke({"question": QUESTION}, context={**yes_no_maybe, "open_answer": None})
+    assert "settle" not in model.kinds() and out["structured_answer"] == "maybe"
+    # the question's own retrieval also says maybe: the paths' answer stands, validated
+    graph, model, _ = make(paths_maybe, options=CRPRAGOptions(fan_out=1))
+    model.settle = "Answer: maybe"
+    out = graph.invoke({"question": QUESTION}, context=yes_no_maybe)
+    assert model.kinds()[-1] == "settle" and out["answer"] == "Maybe, the studies disagree."
+    assert out["structured_answer"] == "maybe" and out["answer_validated"] is True
+    # a format without the open answer never settles; nor does a free-text run
+    for context in ({"answer_format": ["yes", "no"]}, {}):
+        graph, model, _ = make([step("Yes, maybe.", True)], options=CRPRAGOptions(fan_out=1))
+        graph.invoke({"question": QUESTION}, context=context)
+        assert "settle" not in model.kinds()
+
+
+def test_an_open_answer_stands_when_the_questions_own_retrieval_fails_or_does_not_fit():
+    calls = []
+
+    def flaky(query: str) -> str:
+        calls.append(query)
+        if query == QUESTION:
+            raise ConnectionError("index offline")
+        return f"Passage about {query}."
+
+    tool = StructuredTool.from_function(flaky, name="DOC_RAG", description="flaky")
+    graph, model, _ = make([step("Maybe, the studies disagree.", True)], tools=[tool], options=CRPRAGOptions(fan_out=1))
+    out = graph.invoke({"question": QUESTION}, context={"answer_format": ["yes", "no", "maybe"]})
+    assert calls[-1] == QUESTION and "settle" not in model.kinds()  # a tool error is never evidence
+    assert out["structured_answer"] == "maybe" and out["answer_validated"] is True
+    assert '"settled": null' in next(e for e in out["trace"] if e.action == "Open_Answer").detail
+    # a settling reply that never fits: bounded re-prompts, then the paths' answer stands
+    graph, model, _ = make([step("Maybe, the studies disagree.", True)], options=CRPRAGOptions(fan_out=1))
+    model.settle = "Perhaps."
+    out = graph.invoke({"question": QUESTION}, context={"answer_format": ["yes", "no", "maybe"],
+                                                        "max_format_retries": 1})
+    assert model.kinds().count("settle") == 2 and out["halt_reason"] == "answered"
+    assert out["structured_answer"] == "maybe" and out["answer_validated"] is True
+
+
+def test_open_answer_option_is_validated():
+    with pytest.raises(ValueError):
+        CRPRAGOptions(open_answer="")
 
 
 # --------------------------------------------------------------------------------------------

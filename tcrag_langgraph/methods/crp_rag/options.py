@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from typing import Annotated, Any, Literal, Union
+from typing import Annotated, Any, Literal, Optional, Union
 
 from pydantic import Field, field_validator
 
@@ -40,6 +40,11 @@ class CRPRAGOptions(MethodOptions):
     aggregate_knowledge: bool = Field(default=True, description="Aggregate retrieval results with the model "
                                       "(prompt A.3); False concatenates them (the paper's ablation).")
     max_step_retries: int = Field(default=1, ge=0, le=5, description="Re-prompts after an unusable step.")
+    open_answer: Optional[str] = Field(
+        default="maybe", min_length=1, description="The allowed answer that leaves a question open: when the "
+        "paths' answer is this one (and the answer format allows others), the question is answered once more "
+        "from its own retrieval (every tool with the question, prompt A.4); None keeps the paths' answer, "
+        "as the paper does.")
 
     @field_validator("sufficiency_threshold", mode="before")
     @classmethod

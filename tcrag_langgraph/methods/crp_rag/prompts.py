@@ -11,6 +11,7 @@ __all__ = [
     "PROMPT_PATH_STEP",
     "LAST_STEP_NOTE",
     "PROMPT_INTEGRATE",
+    "PROMPT_SETTLE",
     "STEP_FORMAT_HELP",
 ]
 
@@ -78,5 +79,13 @@ End with a line 'Answer: <the final answer to the question>'.
 The question is: {question}
 The answer set is:
 {answers}"""
+
+# Not in the paper: prompt A.4 over the question's own retrieval, asked when the paths left it open
+# (CRPRAGOptions.open_answer; why: docs/crp-rag.md, "Open answers")
+PROMPT_SETTLE = """Please answer the question according to the relevant knowledge retrieved for it.
+The question is: {question}
+The relevant knowledge are:
+{knowledge}
+End with a line 'Answer: <the answer to the question>'."""
 
 STEP_FORMAT_HELP = "Reply with exactly two lines:\nNext step: <the sub-question, one sentence ending in '?'>\nFinal: <yes or no>"
