@@ -10,6 +10,7 @@
 #   bash scripts/issue41_runs.sh test sr-rag,react,kag-thinker /work/runs/test41
 #   .venv/bin/tcrag summarize /work/runs/test41 /work/runs/test41c       # one table, paired tests
 #
+# LIMIT=60 takes more questions of the same seeded sample (a different limit needs a new run folder).
 # TCRAG=path/to/tcrag runs another checkout's install (scripts/pin_checkout.sh pins one for a run that
 # spans edits). Prompts and thresholds are chosen on trainval only; test rows are run, never tuned.
 set -euo pipefail
@@ -19,8 +20,8 @@ cd "$(dirname "$0")/.."
 TCRAG=${TCRAG:-.venv/bin/tcrag}
 MODEL=${MODEL:-qwen2.5-coder-1.5b}  # `tcrag pull qwen2.5-coder-1.5b` first (or `make pull`)
 case "$SPLIT" in
-  trainval) SAMPLE=(--split trainval --limit 30 --seed 3) ;;
-  test) SAMPLE=(--split test --limit 100 --seed 0) ;;
+  trainval) SAMPLE=(--split trainval --limit "${LIMIT:-30}" --seed 3) ;;
+  test) SAMPLE=(--split test --limit "${LIMIT:-100}" --seed 0) ;;
   *) echo "split must be trainval or test, not $SPLIT" >&2; exit 2 ;;
 esac
 # SR-RAG rides along (2.8 s a question) unless it is there already: every row is compared with it in one run
