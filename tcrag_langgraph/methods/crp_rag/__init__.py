@@ -19,12 +19,13 @@ Three modules of the paper, as five LangGraph nodes:
   ``Select`` keeps the source-to-sink paths made only of sufficient nodes (at most ``max_paths``,
   lowest worst-node perplexity first) and **abstains** (``halt_reason="abstained"``, no answer)
   when there is none. ``Answer`` reasons along each path step by step (eqs. 11-12) and, for
-  several paths, integrates their answers (eq. 13, prompt A.5).
+  several paths, integrates their answers (eq. 13, prompt A.5); an answer that leaves the question
+  open (``open_answer``, not in the paper) is answered once more from the question's own retrieval.
 
 The reasoning graph is kept in the run state (``nodes``: plain dicts with ``id``, ``text``,
 ``depth``, ``parents``, ``final``, ``knowledge``, ``score``, ``sufficient`` ...) and streamed as
 ``tcrag`` events (``Reasoning_Node``, ``Merge_Nodes``, ``Node_Knowledge``, ``Sufficiency``,
-``Reasoning_Path``, ``Path_Answer``, ``Halt``).
+``Reasoning_Path``, ``Path_Answer``, ``Open_Answer``, ``Halt``).
 
 Example:
     >>> from tcrag_langgraph.testing import ScriptedScorer, recording_model, scripted_tool
