@@ -16,6 +16,7 @@ from ...core.config import TCRAGConfig
 from ...core.kernel import RunFailure
 from ...core.state import TraceEvent
 from .dag import best_path_score, node_by_id, select_paths
+from .knowledge import results_listing, search
 from .prompts import LAST_STEP_NOTE, PROMPT_INTEGRATE, PROMPT_PATH_STEP, PROMPT_SETTLE
 from .reply_forms import answer_form, answer_line_form
 from .state import CRPState
@@ -89,8 +90,9 @@ def answer(self, state: CRPState, config: RunnableConfig, runtime: Runtime) -> C
         if len(answers) == 1:
             text = answers[0]
         else:
-            final_messages = [HumanMessage(content=PROMPT_INTEGRATE.format(
-                question=question, answers="\n".join(f"{i}. {a}" for i, a in enumerate(answers, 1))) + rule_note)]
+            listing = "\n".join(f"{i}. {a}" for i, a in enumerate(answers, 1))
+            final_messages = [HumanMessage(content=PROMPT_INTEGRATE.format(question=question, answers=listing)
+                                           + rule_note)]
             text = self.ask(counters, final_messages, cfg, config, form=form).strip()
         final, structured, problem, retries = _fitted(self, counters, final_messages, text, cfg, config)
         left_open = _open_choice(fmt, options.open_answer)
@@ -151,16 +153,11 @@ def _settle_open(self, counters: dict[str, Any], events: list[TraceEvent], quest
     """The question answered once more from its own retrieval (every tool with the question, prompt A.4's
     request), after the paths left it open: ``(answer, structured answer)``, or None when nothing was
     retrieved or the reply does not fit the format (then the paths' answer stands)."""
-    results: list[tuple[str, str]] = []
-    for tool in self.tools.values():
-        record = self.call_tool(counters, tool, question, cfg, config)
-        if not record.is_error and record.observation.strip():  # a tool error is never evidence
-            results.append((tool.name, record.observation.strip()))
+    results, _ = search(self, counters, question, cfg, config)
     settled: Optional[tuple[str, Any]] = None
     if results:
-        listing = "\n".join(f"[{i}] ({name}) {text}" for i, (name, text) in enumerate(results, 1))
-        messages: list[BaseMessage] = [HumanMessage(content=PROMPT_SETTLE.format(question=question, knowledge=listing)
-                                                    + rule_note)]
+        messages: list[BaseMessage] = [HumanMessage(content=PROMPT_SETTLE.format(
+            question=question, knowledge=results_listing(results)) + rule_note)]
         text = self.ask(counters, messages, cfg, config, form=form).strip()
         final, structured, problem, _ = _fitted(self, counters, messages, text, cfg, config)
         if problem is None:

@@ -3,23 +3,44 @@ aggregation, eq. 8) and the ``Evaluate`` node (the perplexity of the node's reas
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
 from langchain_core.messages import HumanMessage
 from langchain_core.runnables import RunnableConfig
 from langgraph.runtime import Runtime
 from langgraph.types import Command
 
+from ...core.config import TCRAGConfig
 from ...core.kernel import RunFailure
 from ...core.state import TraceEvent
 from .prompts import PROMPT_AGGREGATE, PROMPT_REASON
 from .state import CRPState
 
-__all__ = ["retrieve", "evaluate"]
+__all__ = ["retrieve", "evaluate", "search", "results_listing"]
 
 # Each function is a method of the node holder (graph.CRPRAG names them as its attributes): "self" is it.
 
 # ----- KRA -----
+def search(self, counters: dict[str, Any], text: str, cfg: TCRAGConfig,
+           config: RunnableConfig) -> tuple[list[tuple[str, str]], list[str]]:
+    """Every tool called once with ``text`` through the tool layer: ``([(tool, result)], ["tool: error kind"])``;
+    a tool error or an empty result is never evidence."""
+    results: list[tuple[str, str]] = []
+    failures: list[str] = []
+    for tool in self.tools.values():
+        record = self.call_tool(counters, tool, text, cfg, config)
+        if record.is_error:
+            failures.append(f"{tool.name}: {record.error_kind}")
+        elif record.observation.strip():
+            results.append((tool.name, record.observation.strip()))
+    return results, failures
+
+
+def results_listing(results: list[tuple[str, str]]) -> str:
+    """Search results as the prompts show them: ``[1] (TOOL) text`` a line each."""
+    return "\n".join(f"[{i}] ({name}) {text}" for i, (name, text) in enumerate(results, 1))
+
+
 def retrieve(self, state: CRPState, config: RunnableConfig, runtime: Runtime) -> Command[
     Literal["Evaluate", "__end__"]
 ]:
@@ -29,16 +50,9 @@ def retrieve(self, state: CRPState, config: RunnableConfig, runtime: Runtime) ->
     nodes = [dict(n) for n in state["nodes"]]
     try:
         for node in nodes:
-            results: list[tuple[str, str]] = []
-            failures: list[str] = []
-            for tool in self.tools.values():
-                record = self.call_tool(counters, tool, node["text"], cfg, config)
-                if record.is_error:
-                    failures.append(f"{tool.name}: {record.error_kind}")
-                elif record.observation.strip():
-                    results.append((tool.name, record.observation.strip()))
+            results, failures = search(self, counters, node["text"], cfg, config)
             node["evidence"] = [name for name, _ in results]
-            listing = "\n".join(f"[{i}] ({name}) {text}" for i, (name, text) in enumerate(results, 1))
+            listing = results_listing(results)
             if not results:
                 node["knowledge"] = ""
             elif options.aggregate_knowledge:
