@@ -4,6 +4,7 @@ with the packaged SmolLM2 and a real tool."""
 
 from __future__ import annotations
 
+import json
 import re
 from typing import Any, Optional
 
@@ -523,6 +524,7 @@ def test_an_open_answer_is_settled_from_the_questions_own_retrieval():
     assert out["tool_calls"] == 2 and model.kinds()[-1] == "settle"
     event = next(e for e in out["trace"] if e.action == "Open_Answer")
     assert '"left_open": "maybe"' in event.detail and '"settled": "yes"' in event.detail and '"DOC_RAG"' in event.detail
+    assert json.loads(event.detail)["reply"] == model.settle  # the reply itself, reasoning first
 
 
 def test_an_open_answer_stands_when_settling_is_off_or_cannot_change_it():

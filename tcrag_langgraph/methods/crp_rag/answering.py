@@ -155,6 +155,7 @@ def _settle_open(self, counters: dict[str, Any], events: list[TraceEvent], quest
     retrieved or the reply does not fit the format (then the paths' answer stands)."""
     results, _ = search(self, counters, question, cfg, config)
     settled: Optional[tuple[str, Any]] = None
+    text: Optional[str] = None
     if results:
         messages: list[BaseMessage] = [HumanMessage(content=PROMPT_SETTLE.format(
             question=question, knowledge=results_listing(results)) + rule_note)]
@@ -166,5 +167,7 @@ def _settle_open(self, counters: dict[str, Any], events: list[TraceEvent], quest
     self.trace_event(config, events, step=counters["steps"], action="Open_Answer", op="push",
                      content="" if settled is None else settled[0], nodes=graph_size,
                      detail={"left_open": left_open, "tools": [name for name, _ in results],
-                             "settled": None if settled is None else settled[1]})
+                             "settled": None if settled is None else settled[1],
+                             # its reasoning comes first: what a result row keeps says why it stayed open
+                             "reply": text})
     return settled
