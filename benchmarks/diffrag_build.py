@@ -9,6 +9,10 @@ extracted, so the arms' triples can be compared passage by passage::
     python benchmarks/diffrag_build.py --passages 24 --model /path/qwen2.5-coder-1.5b-instruct.gguf \
         --baseline /tmp/b41/pkg
     python benchmarks/diffrag_build.py --decode-batches --model ...   # what batching passages could gain
+    python benchmarks/diffrag_build.py --passages 48 --arms current,batched --sequences 16 --model ...
+
+The ``batched`` arm builds with ``DiffRAGOptions(extract_sequences=--sequences)``: the passages' first
+replies decoded together by llama.cpp (continuous batching, :mod:`tcrag_langgraph.models.llama_cpp_batch`).
 
 ``--decode-batches`` measures llama.cpp's cost of one decoding step for 1, 2, 4 ... 32 sequences in one
 batch (a unified cache, each sequence after the same 64-token prompt): the most that decoding several
@@ -29,7 +33,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import machine, parser  # noqa: E402
 
 
-def _worker(arm: str, passages: int, model_path: str, threads: int, max_new_tokens: int) -> dict:
+def _worker(arm: str, passages: int, model_path: str, threads: int, max_new_tokens: int, sequences: int) -> dict:
     """Build the graph in this process and return what it took and what it extracted (per passage)."""
     try:
         from tcrag_langgraph.core.config import TCRAGConfig
@@ -52,8 +56,10 @@ def _worker(arm: str, passages: int, model_path: str, threads: int, max_new_toke
 
     model.invoke("Hi")  # load the weights outside the timed part, as a built graph's process has them
     start = time.perf_counter()
-    build_macro_micro_graph(documents, model=model, options=DiffRAGOptions(max_passages=passages), config=config,
-                            on_passage=on_passage)
+    options = DiffRAGOptions(max_passages=passages)
+    if arm == "batched":
+        options = DiffRAGOptions(max_passages=passages, extract_sequences=sequences)
+    build_macro_micro_graph(documents, model=model, options=options, config=config, on_passage=on_passage)
     return {"arm": arm, "seconds": time.perf_counter() - start, "passages": per_passage}
 
 
@@ -66,6 +72,9 @@ def main() -> None:
     p.add_argument("--worker", help=argparse.SUPPRESS)  # an arm, run in a fresh process
     p.add_argument("--out", help="write every arm's results (JSON) here")
     p.add_argument("--decode-batches", action="store_true", help="time one decoding step for 1..32 sequences")
+    p.add_argument("--arms", default="current,unconstrained",
+                   help="comma-separated: current (constrained, one passage at a time), unconstrained, batched")
+    p.add_argument("--sequences", type=int, default=16, help="passages decoded together in the batched arm")
     args = p.parse_args()
     args.threads = args.threads or 2  # llama.cpp threads (the shared --threads option; 0: two)
     if args.decode_batches:
@@ -73,10 +82,16 @@ def main() -> None:
         decode_batches(args.model, args.threads)
         return
     if args.worker:
-        print(json.dumps(_worker(args.worker, args.passages, args.model, args.threads, args.max_new_tokens)))
+        print(json.dumps(_worker(args.worker, args.passages, args.model, args.threads, args.max_new_tokens,
+                                 args.sequences)))
         return
     print(machine())
-    arms = [("current", "current", None), ("current, unconstrained", "unconstrained", None)]
+    labels = {"current": "current", "unconstrained": "current, unconstrained",
+              "batched": f"current, {args.sequences} passages decoded together"}
+    wanted = [a.strip() for a in args.arms.split(",") if a.strip()]
+    if not wanted or any(a not in labels for a in wanted):
+        sys.exit(f"--arms takes {', '.join(labels)}, got {args.arms!r}")
+    arms = [(labels[a], a, None) for a in wanted]
     if args.baseline:
         arms.append((f"baseline ({args.baseline})", "unconstrained", args.baseline))
     results = []
@@ -85,7 +100,8 @@ def main() -> None:
         if path:
             env["PYTHONPATH"] = path
         cmd = [sys.executable, __file__, "--worker", arm, "--passages", str(args.passages), "--model", args.model,
-               "--threads", str(args.threads), "--max-new-tokens", str(args.max_new_tokens)]
+               "--threads", str(args.threads), "--max-new-tokens", str(args.max_new_tokens),
+               "--sequences", str(args.sequences)]
         out = subprocess.run(cmd, env=env, capture_output=True, text=True, check=False)
         if out.returncode != 0:
             sys.exit(f"{label} failed:\n{out.stderr[-3000:]}")
@@ -95,11 +111,11 @@ def main() -> None:
         print(f"{label:45s} {result['seconds']:7.1f} s  " + _counts(result["passages"]), flush=True)
     if args.out:
         Path(args.out).write_text(json.dumps(results, indent=1))
-    reference = results[-1]
-    for result in results[:-1]:
-        same = sum(a["triples"] == b["triples"] for a, b in zip(result["passages"], reference["passages"]))
-        print(f"{reference['label']} / {result['label']}: {reference['seconds'] / result['seconds']:.2f}x; "
-              f"identical triples on {same} of {len(reference['passages'])} passages")
+    for i, reference in enumerate(results):  # each arm against every later one
+        for result in results[i + 1:]:
+            same = sum(a["triples"] == b["triples"] for a, b in zip(result["passages"], reference["passages"]))
+            print(f"{reference['label']} / {result['label']}: {reference['seconds'] / result['seconds']:.2f}x; "
+                  f"identical triples on {same} of {len(reference['passages'])} passages")
 
 
 def decode_batches(model_path: str, threads: int, sizes: tuple[int, ...] = (1, 2, 4, 8, 16, 32)) -> None:

@@ -39,7 +39,7 @@ import math
 import queue
 import sys
 import threading
-from typing import Any, ClassVar, Iterator, Optional
+from typing import Any, ClassVar, Iterator, Optional, Sequence
 
 from langchain_core.callbacks import CallbackManagerForLLMRun
 from langchain_core.messages import AIMessageChunk, BaseMessage
@@ -47,6 +47,7 @@ from langchain_core.outputs import ChatGeneration, ChatGenerationChunk, ChatResu
 from pydantic import Field, PrivateAttr, field_validator
 
 from .kv_cache import CacheStats
+from .llama_cpp_batch import BatchReply, greedy_batch
 from .llama_cpp_model import ArchitectureUnsupported, LlamaCppModel, load_llama_model
 from .llama_cpp_grammar import GreedyGrammar, checked_grammar
 from .llama_cpp_native import logits_row, require_gpu_offload, return_freed_heap
@@ -133,6 +134,8 @@ class LlamaCppChatModel(LocalChatModel):
     #: asked with ``grammar=GBNF`` per call, the reply keeps to that grammar (llama.cpp's grammar sampler;
     #: :mod:`.constrained`). After a fallback to transformers the grammar is not applied (parse-and-repair)
     takes_grammar: ClassVar[bool] = True
+    #: :meth:`greedy_replies` decodes several conversations together (:mod:`.llama_cpp_batch`)
+    decodes_together: ClassVar[bool] = True
 
     _llama: Optional[LlamaCppModel] = PrivateAttr(default=None)
     _draft: Optional[LlamaCppModel] = PrivateAttr(default=None)
@@ -239,6 +242,31 @@ class LlamaCppChatModel(LocalChatModel):
     @property
     def speculative_stats(self) -> SpeculativeStats:
         return self._spec_stats
+
+    def greedy_replies(self, conversations: Sequence[Sequence[BaseMessage]], *, max_new_tokens: Optional[int] = None,
+                       grammar: Optional[str] = None, sequences: int = 16) -> list[BatchReply]:
+        """Greedy replies to ``conversations`` (each a list of messages), decoded ``sequences`` at a time
+        (:mod:`.llama_cpp_batch`: the gain, and why a reply may differ from :meth:`invoke`'s at a near
+        tie); the replies in the conversations' order. ``grammar`` (GBNF text): every reply keeps to
+        it. No stop sequences, no tools, no callbacks: a plain batch of completions for a caller that
+        extracts from many texts at once. :class:`LocalModelError` after a fallback to transformers.
+
+        Example:
+            >>> chat = LlamaCppChatModel(temperature=0.0)  # doctest: +SKIP
+            >>> [r.text for r in chat.greedy_replies([[HumanMessage("Say hi")], [HumanMessage("Say bye")]])]  # doctest: +SKIP
+        """
+        self._ensure_loaded()
+        if self._fallback is not None:
+            raise LocalModelError(f"{self.model_path} runs with transformers, which decodes one conversation at a time")
+        lm = self._llama
+        max_new = int(self.max_new_tokens if max_new_tokens is None else max_new_tokens)
+        if grammar:
+            checked_grammar(lm, grammar)  # a grammar llama.cpp cannot parse is a GrammarError, not a crash
+        prompts = [lm.prompt_ids(list(messages)) for messages in conversations]
+        if not prompts:
+            return []
+        with hold_model(lm.lock, timeout_s=self.busy_timeout_s, name=lm.name):
+            return greedy_batch(lm, prompts, max_new_tokens=max_new, grammar=grammar, sequences=sequences)
 
     # ----- LangChain interface -----
     def _generate(self, messages: list[BaseMessage], stop: Optional[list[str]] = None,

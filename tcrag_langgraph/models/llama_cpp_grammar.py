@@ -97,12 +97,15 @@ class GreedyGrammar:
         return data.logit != float("-inf")
 
     def sample(self, ctx: Any, idx: int = -1) -> int:
-        import numpy as np
-
         from .llama_cpp_native import logits_row
 
+        return self.choose(logits_row(ctx, idx, self._lm.n_vocab))
+
+    def choose(self, row: Any) -> int:
+        """The admitted token of highest logit in ``row`` (one logits row), accepted into the grammar's state."""
+        import numpy as np
+
         llama_cpp = import_llama_cpp()
-        row = logits_row(ctx, idx, self._lm.n_vocab)
         token = int(np.argmax(row))
         if not self._admits(token):
             data = np.recarray((row.size,), dtype=np.dtype([("id", np.intc), ("logit", np.single), ("p", np.single)],

@@ -50,3 +50,43 @@ def test_a_graph_built_under_a_grammar_is_cached_apart_and_the_others_keep_their
     assert _content_key("m", [], [], options, 96, None) == plain
     assert _content_key("m", [], [], options, 96, "grammar") != plain
     assert TCRAGConfig().constrain_replies is True
+
+
+def test_a_batched_build_extracts_every_passage_in_order_from_the_model_decoding_them_together(chat):
+    """Five packaged passages, three decoded at a time by the packaged model (continuous batching): every
+    passage is reported once, in the order of a one-at-a-time build, with a counted call, and each triple
+    it reports is in the graph under its passage."""
+    from tcrag_langgraph.methods.diffrag.building import build_macro_micro_graph, packaged_documents
+
+    def build(sequences: int):
+        seen = []
+        knowledge = build_macro_micro_graph(
+            packaged_documents(max_passages=5), model=chat, config=TCRAGConfig(max_new_tokens=40),
+            options=DiffRAGOptions(max_passages=5, max_triples_per_passage=2, extract_sequences=sequences),
+            on_passage=lambda chunk_id, triples, calls: seen.append((chunk_id, triples, calls)))
+        return knowledge, seen
+
+    knowledge, seen = build(3)
+    _, plain = build(1)
+    assert [c for c, _, _ in seen] == [c for c, _, _ in plain] and len(seen) == 5
+    assert all(calls.llm_calls >= 1 and calls.prompt_tokens > 0 for _, _, calls in seen)
+    stored = {t for t, _ in knowledge.triples("general")}
+    assert {t for _, triples, _ in seen for t in triples} == stored and stored
+
+
+def test_a_model_that_cannot_decode_together_builds_one_passage_at_a_time_and_keeps_its_cache_key():
+    from tcrag_langgraph.methods.diffrag.building import build_macro_micro_graph, packaged_documents
+    from tcrag_langgraph.testing import recording_model
+
+    reply = "vaccines | are stored in | refrigerators"
+    graphs = []
+    for sequences in (1, 4):
+        model = recording_model([reply] * 3)
+        knowledge = build_macro_micro_graph(packaged_documents(max_passages=3), model=model,
+                                            options=DiffRAGOptions(max_passages=3, extract_sequences=sequences))
+        graphs.append(sorted(str(t) for t, _ in knowledge.triples("general")))
+        assert len(model.seen) == 3
+    assert graphs[0] == graphs[1]
+    batched = DiffRAGOptions(extract_sequences=4)
+    assert _content_key("m", [], [], batched, 96) == _content_key("m", [], [], DiffRAGOptions(), 96)
+    assert _content_key("m", [], [], batched, 96, together=True) != _content_key("m", [], [], batched, 96)

@@ -15,7 +15,7 @@ from langchain_core.language_models import BaseChatModel
 from ...core.config import TCRAGConfig
 from ...models.constrained import constraint_for
 from ...tools.chunking import Document, Section, chunk_document
-from .extraction import ExtractionCalls, extract_triples
+from .extraction import ExtractionCalls, decodes_together, extract_triples, extract_triples_together
 from .knowledge import DiffRAGKnowledge, SolvedCase
 from .options import DiffRAGOptions, max_new_tokens_for
 from .parsing import Triple
@@ -24,6 +24,10 @@ from .reply_forms import triples_form
 
 #: Bumped when a prompt or the stored layout changes, so cached graphs are rebuilt.
 FORMAT_VERSION = 1
+
+#: A batched build hands the model this many batches' worth of passages at a time: enough that the batch
+#: stays full (continuous batching) for most of a group, few enough that progress is reported often.
+_GROUPS_PER_BATCH = 4
 
 
 def packaged_documents(*, max_passages: int, ids: Optional[Iterable[str]] = None,
@@ -80,26 +84,45 @@ def build_macro_micro_graph(
     if options.chunk_overlap >= options.chunk_tokens:
         raise ValueError("chunk_overlap must be smaller than chunk_tokens")
     knowledge = knowledge if knowledge is not None else DiffRAGKnowledge()
+    together = options.extract_sequences > 1 and decodes_together(model)
+    # a group of passages is extracted at once; its progress is reported when it is done
+    group_size = options.extract_sequences * _GROUPS_PER_BATCH if together else 1
+    group: list[tuple[Any, Any]] = []
+
+    def extract(group: list[tuple[Any, Any]]) -> None:
+        texts = [f"Text:\n{chunk.search_text}\n\nTriples:" for chunk, _ in group]
+        common = dict(max_triples=options.max_triples_per_passage, max_retries=options.max_format_retries,
+                      max_new_tokens=max_new_tokens_for(options, config), constrain=config.constrain_replies)
+        if together:
+            found = extract_triples_together(model, EXTRACT_SYSTEM, texts, sequences=options.extract_sequences,
+                                             **common)
+        else:
+            calls = ExtractionCalls()
+            found = [(extract_triples(model, EXTRACT_SYSTEM, texts[0], calls=calls, **common), calls)]
+        for (chunk, passage), (triples, calls) in zip(group, found):
+            for triple in triples:
+                knowledge.add_triple(triple, passage=passage)
+            if on_passage is not None:
+                on_passage(chunk.chunk_id, triples, calls)
+
     done = 0
     for document in documents:
         if not isinstance(document, Document):
             raise ValueError(f"documents must be tools.chunking.Document objects, not {type(document).__name__}")
         for chunk in chunk_document(document, chunk_tokens=options.chunk_tokens, overlap=options.chunk_overlap):
             if done >= options.max_passages:
-                return knowledge
+                break
             passage = knowledge.add_passage(book=book, chapter=document.title or document.source_id,
                                             section=chunk.section, chunk_id=chunk.chunk_id, text=chunk.text)
-            calls = ExtractionCalls()
-            triples = extract_triples(
-                model, EXTRACT_SYSTEM, f"Text:\n{chunk.search_text}\n\nTriples:",
-                max_triples=options.max_triples_per_passage, max_retries=options.max_format_retries,
-                max_new_tokens=max_new_tokens_for(options, config), calls=calls, constrain=config.constrain_replies,
-            )
-            for triple in triples:
-                knowledge.add_triple(triple, passage=passage)
+            group.append((chunk, passage))
             done += 1
-            if on_passage is not None:
-                on_passage(chunk.chunk_id, triples, calls)
+            if len(group) >= group_size:
+                extract(group)
+                group = []
+        if done >= options.max_passages:
+            break
+    if group:
+        extract(group)
     return knowledge
 
 
@@ -144,10 +167,13 @@ _DEFAULT_MEMO: dict[str, DiffRAGKnowledge] = {}
 
 
 def _content_key(model_id: str, documents: Sequence[Document], cases: Sequence[SolvedCase],
-                 options: DiffRAGOptions, max_new_tokens: int, constrained: Optional[str] = None) -> str:
+                 options: DiffRAGOptions, max_new_tokens: int, constrained: Optional[str] = None,
+                 together: bool = False) -> str:
     digest = hashlib.sha256()
     build = {k: getattr(options, k) for k in ("max_passages", "chunk_tokens", "chunk_overlap",
                                               "max_triples_per_passage", "max_format_retries")}
+    if together:  # batched kernels break near ties otherwise: other triples (unbatched keys as before)
+        build["extract_sequences"] = options.extract_sequences
     what = {"v": FORMAT_VERSION, "model": model_id, "options": build, "max_new_tokens": max_new_tokens,
             "prompt": EXTRACT_SYSTEM}
     if constrained is not None:  # triples written under a grammar are other triples (unconstrained keys as before)
@@ -191,8 +217,11 @@ def default_knowledge(
         except ValueError:
             model_id = None
     constraint = constraint_for(model, triples_form(options.max_triples_per_passage)) if config.constrain_replies else None
+    # the model's class says whether it batches (asking its backend would load it, cached graph or not)
+    together = options.extract_sequences > 1 and getattr(model, "decodes_together", False) is True
     key = _content_key(model_id or f"unnamed:{id(model)}", docs, list(cases), options,
-                       max_new_tokens_for(options, config), constraint.how if constraint is not None else None)
+                       max_new_tokens_for(options, config), constraint.how if constraint is not None else None,
+                       together)
     path = knowledge_cache_dir() / f"{key}.nq.gz" if model_id else None
     with _DEFAULT_LOCK:
         if key in _DEFAULT_MEMO:

@@ -40,6 +40,10 @@ class DiffRAGOptions(MethodOptions):
     kg_entities_per_triple: int = Field(default=2, ge=0, le=10, description="Packaged-graph entities linked per path triple.")
     kg_triples_per_relation: int = Field(default=5, ge=1, le=50, description="Packaged-graph neighbours per relation.")
     max_new_tokens: Optional[int] = Field(default=None, ge=1, le=8192, description="None: the TCRAGConfig value.")
+    extract_sequences: int = Field(
+        default=1, ge=1, le=64, description="Passages whose triples a llama.cpp model decodes together in the graph "
+        "build (continuous batching); 1: one at a time. Other triples where batched kernels break a near tie; the "
+        "gain is the hardware's (docs/diffrag.md, 'Build time').")
 
 
 def max_new_tokens_for(options: DiffRAGOptions, config: TCRAGConfig) -> int:

@@ -1,0 +1,204 @@
+"""Greedy replies to several prompts decoded together (:func:`greedy_batch`): each decoding step is one
+llama.cpp batch holding the next token of every unfinished reply, in a second context on the same
+loaded weights (one sequence per prompt, one unified cache; the prompts' common prefix prefilled once
+and shared by every sequence).
+
+Why: a decoding step reads every weight once however many sequences it carries. On a GPU decoding is
+bound by those reads, so n replies cost little more than one; on two CPU cores the arithmetic is the
+bound and the gain is smaller (one step for 16 sequences: 2.7x the tokens a second of one sequence,
+benchmarks/RESULTS.md section 24). TCM-DiffRAG's graph build (one independent extraction per passage)
+is the caller.
+
+Each reply is greedy under its own grammar sampler (:class:`~.llama_cpp_grammar.GreedyGrammar`), or
+plain argmax without a grammar; it ends at an end-of-generation token or at ``max_new_tokens``. The
+replies are not always token for token those of one-at-a-time decoding: batched kernels round
+otherwise than the one-token kernels, and at a near tie the other token wins (RESULTS.md sections 9
+and 28 count how often).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional, Sequence
+
+from .llama_cpp_grammar import GreedyGrammar
+from .llama_cpp_model import LlamaCppModel
+from .llama_cpp_native import import_llama_cpp, return_freed_heap
+
+__all__ = ["BatchReply", "MAX_SEQUENCES", "greedy_batch"]
+
+#: Most sequences one call decodes together (llama.cpp's own bound is 256; past ~32 two CPU cores gain
+#: nothing more, and the cache grows with every sequence).
+MAX_SEQUENCES = 64
+
+#: Tokens in one llama_decode call (the context's n_batch): the running replies' next tokens and, in
+#: the room left, the prompt tokens of replies about to start.
+_BATCH_TOKENS = 512
+
+
+@dataclass(frozen=True)
+class BatchReply:
+    """One prompt's reply: its text (special tokens left out, stripped), its token counts and why it
+    ended (``"stop"``: an end-of-generation token; ``"length"``: ``max_new_tokens``)."""
+
+    text: str
+    prompt_tokens: int
+    completion_tokens: int
+    finish_reason: str
+
+
+def greedy_batch(lm: LlamaCppModel, prompts: Sequence[Sequence[int]], *, max_new_tokens: int,
+                 grammar: Optional[str] = None, sequences: int = 16) -> list[BatchReply]:
+    """Greedy replies to ``prompts`` (token ids, each a whole chat prompt), decoded ``sequences`` at a time.
+
+    Continuous batching: a reply that ends frees its sequence, and the next prompt starts there in the
+    next step (its prompt tokens in the same llama.cpp batch as the running replies' next tokens), so
+    the batch stays full while prompts are left. ``grammar`` (GBNF text): every reply keeps to it. The
+    caller holds ``lm.lock``; the generation context and its cached prompt are not touched.
+    """
+    if not prompts:
+        raise ValueError("greedy_batch needs at least one prompt")
+    if not 1 <= sequences <= MAX_SEQUENCES:
+        raise ValueError(f"sequences must be between 1 and {MAX_SEQUENCES}, got {sequences!r}")
+    if max_new_tokens < 1:
+        raise ValueError("max_new_tokens must be at least 1")
+    prompts = [list(p) for p in prompts]
+    if any(not p for p in prompts):
+        raise ValueError("every prompt needs at least one token")
+    for p in prompts:
+        if len(p) + max_new_tokens > lm.n_ctx:
+            raise ValueError(f"prompt of {len(p)} tokens + {max_new_tokens} new tokens exceeds the context of "
+                             f"{lm.n_ctx} tokens")
+    llama_cpp = import_llama_cpp()
+    slots = min(sequences, len(prompts))
+    shared = _common_length(prompts)
+    longest = max(len(p) for p in prompts) - shared + max_new_tokens
+    params = llama_cpp.llama_context_default_params()
+    # one sequence holds the shared prefix; each slot, at most its longest prompt's own tokens and a reply
+    # (a unified cache: a slot's cells go back to the pool when its reply ends)
+    cells = shared + slots * longest + _BATCH_TOKENS
+    cells += cells // 4  # room for the cache's own placement of a batch's tokens
+    params.n_ctx = -(-cells // 256) * 256
+    params.n_batch = params.n_ubatch = _BATCH_TOKENS
+    params.n_seq_max, params.kv_unified = slots + 1, True
+    params.n_threads = params.n_threads_batch = lm.n_threads
+    ctx = llama_cpp.llama_init_from_model(lm.llm._model.model, params)
+    if not ctx:
+        raise RuntimeError(f"llama.cpp could not make a context of {params.n_ctx} tokens for {slots} sequences")
+    batch = llama_cpp.llama_batch_init(_BATCH_TOKENS, 0, 1)
+    try:
+        return _Decoder(lm, ctx, batch, prompts, shared, slots, max_new_tokens, grammar).run()
+    finally:
+        llama_cpp.llama_batch_free(batch)
+        llama_cpp.llama_free(ctx)
+        if grammar:
+            return_freed_heap()  # the grammar samplers' freed blocks (why: llama_cpp_native)
+
+
+def _common_length(prompts: list[list[int]]) -> int:
+    """Tokens every prompt begins with, leaving each at least one of its own (its first reply token's
+    logits come from its last prompt token)."""
+    first = prompts[0]
+    shared = min(len(p) for p in prompts) - 1
+    for p in prompts[1:]:
+        k = 0
+        while k < shared and p[k] == first[k]:
+            k += 1
+        shared = k
+    return shared
+
+
+class _Decoder:
+    """The scheduling of :func:`greedy_batch`: which prompt runs in which slot, and what each step holds."""
+
+    def __init__(self, lm: LlamaCppModel, ctx, batch, prompts: list[list[int]], shared: int, slots: int,
+                 max_new: int, grammar: Optional[str]) -> None:
+        self.lm, self.ctx, self.batch, self.prompts = lm, ctx, batch, prompts
+        self.shared, self.slots, self.max_new, self.grammar = shared, slots, max_new, grammar
+        self.prefix_seq = slots  # the sequence id that keeps the shared prefix
+        self.out: list[list[int]] = [[] for _ in prompts]
+        self.finish: list[str] = ["stop"] * len(prompts)
+
+    def _decode(self, items: list[tuple[int, int, int, bool]]) -> None:
+        llama_cpp = import_llama_cpp()
+        b = self.batch
+        b.n_tokens = len(items)
+        for i, (token, pos, seq, logits) in enumerate(items):
+            b.token[i], b.pos[i], b.n_seq_id[i], b.logits[i] = token, pos, 1, logits
+            b.seq_id[i][0] = seq
+        code = llama_cpp.llama_decode(self.ctx, b)
+        if code != 0:
+            raise RuntimeError(f"llama_decode returned {code} (a batch of {len(items)} tokens)")
+
+    def _choose(self, chooser: Optional[GreedyGrammar], row_index: int) -> int:
+        import numpy as np
+
+        llama_cpp = import_llama_cpp()
+        row = np.ctypeslib.as_array(llama_cpp.llama_get_logits_ith(self.ctx, row_index), shape=(self.lm.n_vocab,))
+        return int(np.argmax(row)) if chooser is None else chooser.choose(row)
+
+    def run(self) -> list[BatchReply]:
+        llama_cpp = import_llama_cpp()
+        memory = llama_cpp.llama_get_memory(self.ctx)
+        # the common prefix once, in its own sequence; each prompt starts from it (no copy in a unified cache)
+        first = self.prompts[0]
+        for start in range(0, self.shared, _BATCH_TOKENS):
+            part = first[start:min(self.shared, start + _BATCH_TOKENS)]
+            self._decode([(t, start + i, self.prefix_seq, False) for i, t in enumerate(part)])
+        waiting = list(range(len(self.prompts)))[::-1]  # popped from the end: the first prompt first
+        free = list(range(self.slots))[::-1]
+        # slot -> [prompt index, next position, pending token or None (still prefilling), chooser]
+        running: dict[int, list] = {}
+        try:
+            while waiting or running:
+                while waiting and free:  # a free slot starts the next prompt from the shared prefix
+                    slot = free.pop()
+                    llama_cpp.llama_memory_seq_cp(memory, self.prefix_seq, slot, -1, -1)
+                    chooser = GreedyGrammar(self.lm, self.grammar) if self.grammar else None
+                    running[slot] = [waiting.pop(), self.shared, None, chooser]
+                items: list[tuple[int, int, int, bool]] = []
+                owners: list[int] = []
+                for slot, state in list(running.items()):  # the running replies' next tokens first
+                    index, pos, token, chooser = state
+                    if token is None:
+                        continue
+                    if self.lm.is_eog(token):
+                        self._end(running, free, slot, memory)
+                        continue
+                    self.out[index].append(token)
+                    if len(self.out[index]) >= self.max_new:
+                        self.finish[index] = "length"
+                        self._end(running, free, slot, memory)
+                        continue
+                    items.append((token, pos, slot, True))
+                    owners.append(slot)
+                    state[1] = pos + 1
+                for slot, state in running.items():  # then prompt tokens, in the room left
+                    index, pos, token, _ = state
+                    prompt = self.prompts[index]
+                    while token is None and pos < len(prompt) and len(items) < _BATCH_TOKENS:
+                        items.append((prompt[pos], pos, slot, pos == len(prompt) - 1))
+                        owners.append(slot)
+                        pos += 1
+                    state[1] = pos
+                if not items:
+                    continue
+                self._decode(items)
+                for row, ((_, _, slot, logits), owner) in enumerate(zip(items, owners)):
+                    if logits:
+                        state = running[owner]
+                        state[2] = self._choose(state[3], row)
+        finally:
+            for state in running.values():
+                if state[3] is not None:
+                    state[3].close()
+        return [BatchReply(self.lm.detokenize(ids).strip(), len(p), len(ids), why)
+                for p, ids, why in zip(self.prompts, self.out, self.finish)]
+
+    def _end(self, running: dict, free: list, slot: int, memory) -> None:
+        """The reply in ``slot`` ended: its cells go back to the cache, the slot to the free ones."""
+        chooser = running.pop(slot)[3]
+        if chooser is not None:
+            chooser.close()
+        import_llama_cpp().llama_memory_seq_rm(memory, slot, -1, -1)
+        free.append(slot)
