@@ -1,6 +1,7 @@
 """The llama.cpp backend with its layers on a GPU: ``device="cuda"`` offloads every layer, cppl/uct
 agree with the CPU run of the same GGUF, prefix reuse equals plain generation, ``n_gpu_layers``
-offloads part of the model, and the model loads in a process that imported numpy and torch first.
+offloads part of the model, the model loads in a process that imported numpy and torch first, and
+replies decoded together (greedy_replies) keep to a grammar and match clear one-at-a-time replies.
 Skipped without a llama-cpp-python built with GPU support and a GPU.
 
 On an H100 the CUDA build of llama.cpp crashed at model load in any process where libstdc++ had been
@@ -96,3 +97,27 @@ def test_the_llama_cpp_gpu_path_imports_no_torch():
         "assert chat.invoke('Hi').content\n"
         "print('TORCH', 'torch' in sys.modules)\n")
     assert "TORCH False" in out, out
+
+
+def test_replies_decoded_together_on_the_gpu_keep_to_the_grammar_and_match_clear_greedy_replies():
+    """greedy_replies with the layers on the GPU (tcrag_langgraph.models.llama_cpp_batch): every reply
+    keeps to the grammar, in its prompt's place, and equals the one-at-a-time reply up to the first token
+    whose lead is under 0.5 nats (batched kernels may break a nearer tie the other way)."""
+    from langchain_core.messages import HumanMessage
+
+    from tcrag_langgraph.models.llama_cpp import LlamaCppChatModel
+
+    chat = LlamaCppChatModel(model_path=MODEL, device="cuda", max_new_tokens=12, temperature=0.0)
+    questions = ["What treats scurvy?", "Name a yellow fruit.", "What colour is the sky?", "What do bees make?"]
+    forced = chat.greedy_replies([[HumanMessage(q)] for q in questions], sequences=2,
+                                 grammar='root ::= "Answer: " ( "yes" | "no" ) "."\n')
+    assert all(r.text in ("Answer: yes.", "Answer: no.") for r in forced)
+    together = chat.greedy_replies([[HumanMessage(q)] for q in questions], sequences=3)
+    for question, batched in zip(questions, together):
+        single = chat.invoke([HumanMessage(question)], logprobs=True, top_logprobs=2)
+        clear = ""
+        for token in single.response_metadata["logprobs"]["content"]:
+            if token["top_logprobs"][0]["logprob"] - token["top_logprobs"][1]["logprob"] < 0.5:
+                break
+            clear += token["token"]
+        assert batched.text.startswith(clear.strip()), (question, clear, batched.text)

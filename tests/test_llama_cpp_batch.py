@@ -78,3 +78,13 @@ def test_bad_input_is_refused_before_anything_is_decoded(chat):
         greedy_batch(lm, [prompt], max_new_tokens=lm.n_ctx)
     with pytest.raises(GrammarError):
         chat.greedy_replies([conversation("Hi")], grammar="root ::= (")
+
+
+def test_a_cancelled_run_stops_the_batch_and_leaves_the_model_usable(chat):
+    from tcrag_langgraph.models.run_control import RunCancelled, RunControl, controlled
+
+    control = RunControl()
+    control.cancel("the client went away")
+    with controlled(control), pytest.raises(RunCancelled, match="client went away"):
+        chat.greedy_replies([conversation(q) for q in QUESTIONS], sequences=2)
+    assert len(chat.greedy_replies([conversation("Hi")], max_new_tokens=3)) == 1

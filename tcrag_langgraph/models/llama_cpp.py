@@ -249,7 +249,8 @@ class LlamaCppChatModel(LocalChatModel):
         (:mod:`.llama_cpp_batch`: the gain, and why a reply may differ from :meth:`invoke`'s at a near
         tie); the replies in the conversations' order. ``grammar`` (GBNF text): every reply keeps to
         it. No stop sequences, no tools, no callbacks: a plain batch of completions for a caller that
-        extracts from many texts at once. :class:`LocalModelError` after a fallback to transformers.
+        extracts from many texts at once. A cancelled run (:mod:`.run_control`) stops it within a step
+        (:class:`RunCancelled`). :class:`LocalModelError` after a fallback to transformers.
 
         Example:
             >>> chat = LlamaCppChatModel(temperature=0.0)  # doctest: +SKIP
@@ -266,7 +267,8 @@ class LlamaCppChatModel(LocalChatModel):
         if not prompts:
             return []
         with hold_model(lm.lock, timeout_s=self.busy_timeout_s, name=lm.name):
-            return greedy_batch(lm, prompts, max_new_tokens=max_new, grammar=grammar, sequences=sequences)
+            return greedy_batch(lm, prompts, max_new_tokens=max_new, grammar=grammar, sequences=sequences,
+                                run=current_run())
 
     # ----- LangChain interface -----
     def _generate(self, messages: list[BaseMessage], stop: Optional[list[str]] = None,

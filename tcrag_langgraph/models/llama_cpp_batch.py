@@ -24,6 +24,7 @@ from typing import Optional, Sequence
 from .llama_cpp_grammar import GreedyGrammar
 from .llama_cpp_model import LlamaCppModel
 from .llama_cpp_native import import_llama_cpp, return_freed_heap
+from .run_control import RunCancelled, RunControl
 
 __all__ = ["BatchReply", "MAX_SEQUENCES", "greedy_batch"]
 
@@ -48,13 +49,16 @@ class BatchReply:
 
 
 def greedy_batch(lm: LlamaCppModel, prompts: Sequence[Sequence[int]], *, max_new_tokens: int,
-                 grammar: Optional[str] = None, sequences: int = 16) -> list[BatchReply]:
+                 grammar: Optional[str] = None, sequences: int = 16,
+                 run: Optional[RunControl] = None) -> list[BatchReply]:
     """Greedy replies to ``prompts`` (token ids, each a whole chat prompt), decoded ``sequences`` at a time.
 
     Continuous batching: a reply that ends frees its sequence, and the next prompt starts there in the
     next step (its prompt tokens in the same llama.cpp batch as the running replies' next tokens), so
-    the batch stays full while prompts are left. ``grammar`` (GBNF text): every reply keeps to it. The
-    caller holds ``lm.lock``; the generation context and its cached prompt are not touched.
+    the batch stays full while prompts are left. ``grammar`` (GBNF text): every reply keeps to it. A
+    cancelled ``run`` (:class:`~.run_control.RunControl`) raises :class:`~.run_control.RunCancelled` at the
+    next step, as one-at-a-time decoding does at the next token. The caller holds ``lm.lock``; the
+    generation context and its cached prompt are not touched.
     """
     if not prompts:
         raise ValueError("greedy_batch needs at least one prompt")
@@ -87,7 +91,7 @@ def greedy_batch(lm: LlamaCppModel, prompts: Sequence[Sequence[int]], *, max_new
         raise RuntimeError(f"llama.cpp could not make a context of {params.n_ctx} tokens for {slots} sequences")
     batch = llama_cpp.llama_batch_init(_BATCH_TOKENS, 0, 1)
     try:
-        return _Decoder(lm, ctx, batch, prompts, shared, slots, max_new_tokens, grammar).run()
+        return _Decoder(lm, ctx, batch, prompts, shared, slots, max_new_tokens, grammar, run).run()
     finally:
         llama_cpp.llama_batch_free(batch)
         llama_cpp.llama_free(ctx)
@@ -112,9 +116,9 @@ class _Decoder:
     """The scheduling of :func:`greedy_batch`: which prompt runs in which slot, and what each step holds."""
 
     def __init__(self, lm: LlamaCppModel, ctx, batch, prompts: list[list[int]], shared: int, slots: int,
-                 max_new: int, grammar: Optional[str]) -> None:
+                 max_new: int, grammar: Optional[str], run: Optional[RunControl]) -> None:
         self.lm, self.ctx, self.batch, self.prompts = lm, ctx, batch, prompts
-        self.shared, self.slots, self.max_new, self.grammar = shared, slots, max_new, grammar
+        self.shared, self.slots, self.max_new, self.grammar, self.run_control = shared, slots, max_new, grammar, run
         self.prefix_seq = slots  # the sequence id that keeps the shared prefix
         self.out: list[list[int]] = [[] for _ in prompts]
         self.finish: list[str] = ["stop"] * len(prompts)
@@ -151,6 +155,8 @@ class _Decoder:
         running: dict[int, list] = {}
         try:
             while waiting or running:
+                if self.run_control is not None and self.run_control.cancelled:
+                    raise RunCancelled(self.run_control.reason or "the run was cancelled")
                 while waiting and free:  # a free slot starts the next prompt from the shared prefix
                     slot = free.pop()
                     llama_cpp.llama_memory_seq_cp(memory, self.prefix_seq, slot, -1, -1)
