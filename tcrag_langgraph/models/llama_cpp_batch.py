@@ -112,6 +112,17 @@ def _common_length(prompts: list[list[int]]) -> int:
     return shared
 
 
+@dataclass
+class _Running:
+    """A prompt decoding in a slot: the next position to fill, the token chosen and not yet decoded
+    (None while the prompt is still being prefilled), and its grammar sampler."""
+
+    index: int
+    pos: int
+    pending: Optional[int] = None
+    chooser: Optional[GreedyGrammar] = None
+
+
 class _Decoder:
     """The scheduling of :func:`greedy_batch`: which prompt runs in which slot, and what each step holds."""
 
@@ -120,8 +131,12 @@ class _Decoder:
         self.lm, self.ctx, self.batch, self.prompts = lm, ctx, batch, prompts
         self.shared, self.slots, self.max_new, self.grammar, self.run_control = shared, slots, max_new, grammar, run
         self.prefix_seq = slots  # the sequence id that keeps the shared prefix
+        self.memory = import_llama_cpp().llama_get_memory(ctx)
         self.out: list[list[int]] = [[] for _ in prompts]
         self.finish: list[str] = ["stop"] * len(prompts)
+        self.running: dict[int, _Running] = {}  # slot -> what decodes there
+        self.free = list(range(slots))[::-1]
+        self.waiting = list(range(len(prompts)))[::-1]  # popped from the end: the first prompt first
 
     def _decode(self, items: list[tuple[int, int, int, bool]]) -> None:
         llama_cpp = import_llama_cpp()
@@ -142,69 +157,73 @@ class _Decoder:
         return int(np.argmax(row)) if chooser is None else chooser.choose(row)
 
     def run(self) -> list[BatchReply]:
-        llama_cpp = import_llama_cpp()
-        memory = llama_cpp.llama_get_memory(self.ctx)
-        # the common prefix once, in its own sequence; each prompt starts from it (no copy in a unified cache)
         first = self.prompts[0]
-        for start in range(0, self.shared, _BATCH_TOKENS):
+        for start in range(0, self.shared, _BATCH_TOKENS):  # the common prefix once, in its own sequence
             part = first[start:min(self.shared, start + _BATCH_TOKENS)]
             self._decode([(t, start + i, self.prefix_seq, False) for i, t in enumerate(part)])
-        waiting = list(range(len(self.prompts)))[::-1]  # popped from the end: the first prompt first
-        free = list(range(self.slots))[::-1]
-        # slot -> [prompt index, next position, pending token or None (still prefilling), chooser]
-        running: dict[int, list] = {}
         try:
-            while waiting or running:
+            while self.waiting or self.running:
                 if self.run_control is not None and self.run_control.cancelled:
                     raise RunCancelled(self.run_control.reason or "the run was cancelled")
-                while waiting and free:  # a free slot starts the next prompt from the shared prefix
-                    slot = free.pop()
-                    llama_cpp.llama_memory_seq_cp(memory, self.prefix_seq, slot, -1, -1)
-                    chooser = GreedyGrammar(self.lm, self.grammar) if self.grammar else None
-                    running[slot] = [waiting.pop(), self.shared, None, chooser]
-                items: list[tuple[int, int, int, bool]] = []
-                owners: list[int] = []
-                for slot, state in list(running.items()):  # the running replies' next tokens first
-                    index, pos, token, chooser = state
-                    if token is None:
-                        continue
-                    if self.lm.is_eog(token):
-                        self._end(running, free, slot, memory)
-                        continue
-                    self.out[index].append(token)
-                    if len(self.out[index]) >= self.max_new:
-                        self.finish[index] = "length"
-                        self._end(running, free, slot, memory)
-                        continue
-                    items.append((token, pos, slot, True))
-                    owners.append(slot)
-                    state[1] = pos + 1
-                for slot, state in running.items():  # then prompt tokens, in the room left
-                    index, pos, token, _ = state
-                    prompt = self.prompts[index]
-                    while token is None and pos < len(prompt) and len(items) < _BATCH_TOKENS:
-                        items.append((prompt[pos], pos, slot, pos == len(prompt) - 1))
-                        owners.append(slot)
-                        pos += 1
-                    state[1] = pos
+                items = self._next_tokens()
+                self._start_waiting()
+                items += self._prompt_tokens(_BATCH_TOKENS - len(items))
                 if not items:
                     continue
                 self._decode(items)
-                for row, ((_, _, slot, logits), owner) in enumerate(zip(items, owners)):
+                for row, (_, _, slot, logits) in enumerate(items):
                     if logits:
-                        state = running[owner]
-                        state[2] = self._choose(state[3], row)
+                        state = self.running[slot]
+                        state.pending = self._choose(state.chooser, row)
         finally:
-            for state in running.values():
-                if state[3] is not None:
-                    state[3].close()
+            for state in self.running.values():
+                if state.chooser is not None:
+                    state.chooser.close()
         return [BatchReply(self.lm.detokenize(ids).strip(), len(p), len(ids), why)
                 for p, ids, why in zip(self.prompts, self.out, self.finish)]
 
-    def _end(self, running: dict, free: list, slot: int, memory) -> None:
+    def _next_tokens(self) -> list[tuple[int, int, int, bool]]:
+        """Each running reply's chosen token, to decode next; a reply that ends gives its slot back."""
+        items = []
+        for slot, state in list(self.running.items()):
+            token = state.pending
+            if token is None:
+                continue
+            if self.lm.is_eog(token):
+                self._end(slot)
+                continue
+            self.out[state.index].append(token)
+            if len(self.out[state.index]) >= self.max_new:
+                self.finish[state.index] = "length"
+                self._end(slot)
+                continue
+            items.append((token, state.pos, slot, True))
+            state.pos += 1
+        return items
+
+    def _start_waiting(self) -> None:
+        """Each free slot starts the next waiting prompt from the shared prefix (no copy in a unified cache)."""
+        llama_cpp = import_llama_cpp()
+        while self.waiting and self.free:
+            slot = self.free.pop()
+            llama_cpp.llama_memory_seq_cp(self.memory, self.prefix_seq, slot, -1, -1)
+            chooser = GreedyGrammar(self.lm, self.grammar) if self.grammar else None
+            self.running[slot] = _Running(self.waiting.pop(), self.shared, None, chooser)
+
+    def _prompt_tokens(self, room: int) -> list[tuple[int, int, int, bool]]:
+        """Prompt tokens of the replies still prefilling, at most ``room``; logits at each prompt's last."""
+        items = []
+        for slot, state in self.running.items():
+            prompt = self.prompts[state.index]
+            while state.pending is None and state.pos < len(prompt) and len(items) < room:
+                items.append((prompt[state.pos], state.pos, slot, state.pos == len(prompt) - 1))
+                state.pos += 1
+        return items
+
+    def _end(self, slot: int) -> None:
         """The reply in ``slot`` ended: its cells go back to the cache, the slot to the free ones."""
-        chooser = running.pop(slot)[3]
+        chooser = self.running.pop(slot).chooser
         if chooser is not None:
             chooser.close()
-        import_llama_cpp().llama_memory_seq_rm(memory, slot, -1, -1)
-        free.append(slot)
+        import_llama_cpp().llama_memory_seq_rm(self.memory, slot, -1, -1)
+        self.free.append(slot)
