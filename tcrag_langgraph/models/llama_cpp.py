@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import math
 import queue
+import random
 import sys
 import threading
 from typing import Any, ClassVar, Iterator, Optional, Sequence
@@ -63,6 +64,9 @@ __all__ = ["LlamaCppChatModel", "WEIGHTS", "BACKENDS"]
 #: ``file`` otherwise), ``file`` (the GGUF as it is) or ``float16`` (its float16 re-encoding,
 #: :func:`f16_copy`: the same weight values, the very weights the exact state monitor scores with).
 WEIGHTS = ("auto", "file", "float16")
+
+#: llama.cpp's "pick a random seed" value (LLAMA_DEFAULT_SEED); a seed below it is used as it is.
+_LLAMA_RANDOM_SEED = 0xFFFFFFFF
 
 #: Backends of a local model: ``auto`` (llama.cpp for a .gguf on the CPU, transformers otherwise).
 BACKENDS = ("auto", "llama_cpp", "transformers")
@@ -101,7 +105,8 @@ class LlamaCppChatModel(LocalChatModel):
     Takes the per-call options of :class:`LocalChatModel` (``max_new_tokens``, ``temperature``,
     ``stop``) and its fields ``max_new_tokens``, ``temperature``, ``top_p``, ``seed``, ``stop`` and
     ``kv_cache`` (reuse the cached prompt prefix; ``False`` prefills every prompt from scratch).
-    ``dtype`` does not apply (the file's own quantization runs, or its float16 copy: ``weights``).
+    ``seed=None`` samples with a seed drawn from Python's ``random`` per reply (seed it, as ``tcrag
+    eval`` does per question, and the sampled replies repeat). ``dtype`` does not apply (the file's own quantization runs, or its float16 copy: ``weights``).
     ``model_path=None`` is the packaged SmolLM2 GGUF.
 
     Example:
@@ -396,6 +401,11 @@ class LlamaCppChatModel(LocalChatModel):
             llm = lm.llm
             if self.seed is not None:
                 llm.set_seed(self.seed + self._calls)
+            else:
+                # llama.cpp's default seed is a fresh random one per reply, so a sampled reply could not be
+                # had again; drawn from Python's RNG instead (as the transformers path draws from torch's),
+                # which `tcrag eval` seeds per question: a run, and a resumed run, give the same rows
+                llm.set_seed(random.randrange(_LLAMA_RANDOM_SEED))
             self._calls += 1
             if not self.kv_cache:
                 llm.reset()
