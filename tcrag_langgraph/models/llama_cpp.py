@@ -401,7 +401,7 @@ class LlamaCppChatModel(LocalChatModel):
             llm = lm.llm
             if self.seed is not None:
                 llm.set_seed(self.seed + self._calls)
-            else:
+            elif temperature > 0:  # (a greedy reply leaves Python's RNG as it was)
                 # llama.cpp's default seed is a fresh random one per reply, so a sampled reply could not be
                 # had again; drawn from Python's RNG instead (as the transformers path draws from torch's),
                 # which `tcrag eval` seeds per question: a run, and a resumed run, give the same rows
