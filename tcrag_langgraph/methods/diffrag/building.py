@@ -75,7 +75,9 @@ def build_macro_micro_graph(
 
     Each document is a chapter, each of its sections a section, each chunk a passage; the model
     extracts up to ``max_triples_per_passage`` triples per passage, each linked to its passage.
-    ``on_passage(chunk_id, triples, calls)`` is called after each passage (progress / events).
+    ``on_passage(chunk_id, triples, calls)`` is called after each passage (progress / events); with
+    ``options.extract_sequences > 1`` and a model that decodes replies together (the llama.cpp chat model),
+    the passages are extracted in groups of ``4 * extract_sequences`` and reported when their group is done.
     """
     options = options or DiffRAGOptions()
     config = config or TCRAGConfig()
