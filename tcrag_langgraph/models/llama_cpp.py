@@ -106,7 +106,8 @@ class LlamaCppChatModel(LocalChatModel):
     ``stop``) and its fields ``max_new_tokens``, ``temperature``, ``top_p``, ``seed``, ``stop`` and
     ``kv_cache`` (reuse the cached prompt prefix; ``False`` prefills every prompt from scratch).
     ``seed=None`` samples with a seed drawn from Python's ``random`` per reply (seed it, as ``tcrag
-    eval`` does per question, and the sampled replies repeat). ``dtype`` does not apply (the file's own quantization runs, or its float16 copy: ``weights``).
+    eval`` does per question, and the sampled replies repeat). ``dtype`` does not apply (the file's own
+    quantization runs, or its float16 copy: ``weights``).
     ``model_path=None`` is the packaged SmolLM2 GGUF.
 
     Example:

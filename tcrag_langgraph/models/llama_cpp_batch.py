@@ -23,7 +23,7 @@ from typing import Optional, Sequence
 
 from .llama_cpp_grammar import GreedyGrammar
 from .llama_cpp_model import LlamaCppModel
-from .llama_cpp_native import import_llama_cpp, return_freed_heap
+from .llama_cpp_native import decode_tokens, import_llama_cpp, return_freed_heap
 from .run_control import RunCancelled, RunControl
 
 __all__ = ["BatchReply", "MAX_SEQUENCES", "greedy_batch"]
@@ -138,17 +138,6 @@ class _Decoder:
         self.free = list(range(slots))[::-1]
         self.waiting = list(range(len(prompts)))[::-1]  # popped from the end: the first prompt first
 
-    def _decode(self, items: list[tuple[int, int, int, bool]]) -> None:
-        llama_cpp = import_llama_cpp()
-        b = self.batch
-        b.n_tokens = len(items)
-        for i, (token, pos, seq, logits) in enumerate(items):
-            b.token[i], b.pos[i], b.n_seq_id[i], b.logits[i] = token, pos, 1, logits
-            b.seq_id[i][0] = seq
-        code = llama_cpp.llama_decode(self.ctx, b)
-        if code != 0:
-            raise RuntimeError(f"llama_decode returned {code} (a batch of {len(items)} tokens)")
-
     def _choose(self, chooser: Optional[GreedyGrammar], row_index: int) -> int:
         import numpy as np
 
@@ -160,7 +149,7 @@ class _Decoder:
         first = self.prompts[0]
         for start in range(0, self.shared, _BATCH_TOKENS):  # the common prefix once, in its own sequence
             part = first[start:min(self.shared, start + _BATCH_TOKENS)]
-            self._decode([(t, start + i, self.prefix_seq, False) for i, t in enumerate(part)])
+            decode_tokens(self.ctx, self.batch, [(t, start + i, self.prefix_seq, False) for i, t in enumerate(part)])
         try:
             while self.waiting or self.running:
                 if self.run_control is not None and self.run_control.cancelled:
@@ -170,7 +159,7 @@ class _Decoder:
                 items += self._prompt_tokens(_BATCH_TOKENS - len(items))
                 if not items:
                     continue
-                self._decode(items)
+                decode_tokens(self.ctx, self.batch, items)
                 for row, (_, _, slot, logits) in enumerate(items):
                     if logits:
                         state = self.running[slot]

@@ -14,7 +14,7 @@ from typing import Any, Callable
 
 from .weights import LocalModelError
 
-__all__ = ["import_llama_cpp", "quiet_native", "default_threads", "require_gpu_offload", "decode_at", "logits_row", "log_softmax_at",
+__all__ = ["import_llama_cpp", "quiet_native", "default_threads", "require_gpu_offload", "decode_at", "decode_tokens", "logits_row", "log_softmax_at",
            "return_freed_heap"]
 
 
@@ -91,24 +91,24 @@ def require_gpu_offload() -> None:
 def decode_at(ctx: Any, batch: Any, ids: list[int], start_pos: int, want: Callable[[int], bool]) -> list[int]:
     """Decode ``ids`` at positions ``start_pos..`` in sequence 0, asking for logits where ``want(pos)``;
     returns the batch indices that have logits (for ``llama_get_logits_ith``)."""
+    items = [(tok, start_pos + i, 0, bool(want(start_pos + i))) for i, tok in enumerate(ids)]
+    decode_tokens(ctx.ctx, batch.batch, items)
+    return [i for i, item in enumerate(items) if item[3]]
+
+
+def decode_tokens(ctx: Any, batch: Any, items: list[tuple[int, int, int, bool]]) -> None:
+    """One ``llama_decode`` of ``items`` (token, position, sequence id, whether its logits are wanted) through
+    ``batch`` (a ``llama_batch`` with room for them) in ``ctx`` (a ``llama_context`` pointer);
+    RuntimeError if llama.cpp refuses the batch."""
     llama_cpp = import_llama_cpp()
 
-    b = batch.batch
-    b.n_tokens = len(ids)
-    rows = []
-    for i, tok in enumerate(ids):
-        b.token[i] = tok
-        b.pos[i] = start_pos + i
-        b.seq_id[i][0] = 0
-        b.n_seq_id[i] = 1
-        flag = bool(want(start_pos + i))
-        b.logits[i] = flag
-        if flag:
-            rows.append(i)
-    rc = llama_cpp.llama_decode(ctx.ctx, b)
+    batch.n_tokens = len(items)
+    for i, (token, pos, seq, logits) in enumerate(items):
+        batch.token[i], batch.pos[i], batch.n_seq_id[i], batch.logits[i] = token, pos, 1, logits
+        batch.seq_id[i][0] = seq
+    rc = llama_cpp.llama_decode(ctx, batch)
     if rc != 0:
-        raise RuntimeError(f"llama_decode returned {rc}")
-    return rows
+        raise RuntimeError(f"llama_decode returned {rc} (a batch of {len(items)} tokens)")
 
 
 @functools.cache

@@ -9,6 +9,7 @@ from pydantic import ConfigDict, Field
 
 from ...core.arguments import MethodOptions
 from ...core.config import TCRAGConfig
+from ...models.llama_cpp_batch import MAX_SEQUENCES
 
 
 class DiffRAGOptions(MethodOptions):
@@ -41,7 +42,7 @@ class DiffRAGOptions(MethodOptions):
     kg_triples_per_relation: int = Field(default=5, ge=1, le=50, description="Packaged-graph neighbours per relation.")
     max_new_tokens: Optional[int] = Field(default=None, ge=1, le=8192, description="None: the TCRAGConfig value.")
     extract_sequences: int = Field(
-        default=1, ge=1, le=64, description="Passages whose triples a llama.cpp model decodes together in the graph "
+        default=1, ge=1, le=MAX_SEQUENCES, description="Passages whose triples a llama.cpp model decodes together in the graph "
         "build (continuous batching); 1: one at a time. Other triples where batched kernels break a near tie; the "
         "gain is the hardware's (docs/diffrag.md, 'Build time').")
 
