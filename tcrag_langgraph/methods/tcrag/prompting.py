@@ -103,19 +103,12 @@ def demonstrations(tools: Sequence[BaseTool], allowed_actions: Sequence[str], *,
     job (benchmarks/RESULTS.md sections 21-22): not taken. Without any examples the 1.5B, its replies
     constrained to the format, answered "maybe" to 15 of 16 trainval questions (section 29): they are
     what makes it search and commit to an answer."""
-    from ...core.state import Action, Frame, ToolCallRecord
-
-    tool = tools[0].name if tools else ""
     pairs = []
     for example in json.loads(load_prompt_file(f"examples_{language}.json")):
         if any(need not in allowed_actions for need in example["needs"]):
             continue
         if "Tool_Use" in example["needs"] and not tools:
             continue
-        stack = example["stack"]
-        seen = example.get("observation")
-        if seen and tools and "Tool_Use" in allowed_actions:  # the search the examples made, rendered as a real tool frame is
-            call = ToolCallRecord(tool=tool, tool_input=seen["input"], observation=seen["text"])
-            stack += "\n" + Frame(action=Action.TOOL_USE, tool_call=call).render()
-        pairs.append((turn_text(stack), Template(example["reply"]).safe_substitute(tool=tool)))
+        reply = Template(example["reply"]).safe_substitute(tool=tools[0].name if tools else "")
+        pairs.append((turn_text(example["stack"]), reply))
     return pairs
