@@ -460,6 +460,10 @@ def test_worked_examples_show_only_available_actions():
     bare = scripted(["Conclusion: x"])
     build_graph(model=bare, scorer=ScriptedScorer(default=1.0), config=TCRAGConfig(few_shot=False)).invoke({"question": Q})
     assert len(bare.seen[0]) == 2
+    observed = scripted(["Conclusion: x"])
+    build_graph(model=observed, tools=[doc_rag], scorer=ScriptedScorer(default=1.0),
+                config=TCRAGConfig(example_from_observation=True)).invoke({"question": Q})
+    assert "Tool_Observation:" in observed.seen[0][-3].content and "Tool_Observation:" not in model.seen[0][-3].content
 
 
 def test_chinese_prompt_variant():

@@ -101,6 +101,10 @@ class TCRAGConfig(BaseModel):
         "ends the run, unvalidated (halt monitor_cannot_judge).")
     language: Literal["en", "zh"] = Field(default="en", description="Prompt language.")
     few_shot: bool = Field(default=True, description="Show worked examples of the action format before the stack.")
+    example_from_observation: bool = Field(
+        default=False, description="With tools, the worked Conclusion example is written from its search's result "
+        "on the stack: fewer calls and tokens on yes/no questions, worse free-form answers with the 1.5B "
+        "(benchmarks/RESULTS.md section 30).")
     answer_format: Optional[Union[tuple[str, ...], SkipJsonSchema[type[BaseModel]]]] = Field(
         default=None,
         description="The form the final answer must take: a list of allowed answers (e.g. yes/no/maybe, "

@@ -232,7 +232,8 @@ class TCRAG(RunKernel):
         offered = cfg.allowed_actions(has_tools=bool(self.tools))
         messages: list[BaseMessage] = [SystemMessage(content=system_prompt(tools, offered, language=cfg.language))]
         if cfg.few_shot:
-            for shown, reply in demonstrations(tools, offered, language=cfg.language):
+            for shown, reply in demonstrations(tools, offered, language=cfg.language,
+                                               with_observation=cfg.example_from_observation):
                 messages += [HumanMessage(content=shown), AIMessage(content=reply)]
         rendered = render_stack(stack)
         why = ("The search has ended: a tool call whose result is above was written again."
