@@ -10,6 +10,8 @@ from typing import Any, Optional, Sequence
 
 from langchain_core.tools import BaseTool
 
+from ...core.state import Action, Frame, ToolCallRecord
+
 __all__ = ["system_prompt", "demonstrations", "load_prompt_file", "turn_text", "final_turn_text", "rejected_note",
            "repeated_call_note"]
 
@@ -110,8 +112,6 @@ def demonstrations(tools: Sequence[BaseTool], allowed_actions: Sequence[str], *,
     PubMedQA-L trainval questions it cut TC-RAG's calls from 3.63 to 2.80 and its tokens by 24 % at the same
     accuracy; with four tools and free-form questions it lost two of the main job's five answers
     (section 30), hence off by default."""
-    from ...core.state import Action, Frame, ToolCallRecord
-
     tool = tools[0].name if tools else ""
     pairs = []
     for example in json.loads(load_prompt_file(f"examples_{language}.json")):
