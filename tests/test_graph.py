@@ -466,6 +466,21 @@ def test_worked_examples_show_only_available_actions():
     assert "Tool_Observation:" in observed.seen[0][-3].content and "Tool_Observation:" not in model.seen[0][-3].content
 
 
+def test_conclusion_example_from_an_observation_by_default_only_for_listed_answers():
+    def example_shown(config=None, **invoke):
+        model = scripted(["Conclusion: yes"])
+        build_graph(model=model, tools=[doc_rag], scorer=ScriptedScorer(default=1.0),
+                    config=config).invoke({"question": Q}, **invoke)
+        return "Tool_Observation:" in model.seen[0][-3].content
+
+    listed = ["yes", "no", "maybe"]
+    assert example_shown(TCRAGConfig(answer_format=listed))
+    assert example_shown(context={"answer_format": listed})  # a run's own answer form, as tcrag eval passes it
+    assert not example_shown(TCRAGConfig(answer_format=listed, example_from_observation=False))
+    assert not example_shown()  # free-form answers: the 1.5B copied the example's wording (RESULTS.md section 30)
+    assert example_shown(TCRAGConfig(example_from_observation=True))
+
+
 def test_chinese_prompt_variant():
     model = scripted(["思考：二甲双胍是一线用药。", "结论：二甲双胍"])
     out = build_graph(model=model, tools=[doc_rag], scorer=ScriptedScorer(default=1.0),

@@ -94,7 +94,8 @@ def _flag_for(name: str, field_info: Any, defaults: Mapping[str, Any] = FACE_DEF
     if members == [bool]:
         annotation: Any = bool
         decls = (f"--{dashed}/--no-{dashed}",)
-        shown = dashed if default else f"no-{dashed}"
+        # None: the config decides per run (see the field's description)
+        shown = "auto" if default is None else dashed if default else f"no-{dashed}"
     elif members and all(typing.get_origin(m) is Literal for m in members):
         annotation = Literal[tuple(v for m in members for v in typing.get_args(m))]  # type: ignore[misc]
     elif members in ([int], [float], [str]):

@@ -101,10 +101,10 @@ class TCRAGConfig(BaseModel):
         "ends the run, unvalidated (halt monitor_cannot_judge).")
     language: Literal["en", "zh"] = Field(default="en", description="Prompt language.")
     few_shot: bool = Field(default=True, description="Show worked examples of the action format before the stack.")
-    example_from_observation: bool = Field(
-        default=False, description="With tools, the worked Conclusion example is written from its search's result "
+    example_from_observation: Optional[bool] = Field(
+        default=None, description="With tools, the worked Conclusion example is written from its search's result "
         "on the stack: fewer calls and tokens on yes/no questions, worse free-form answers with the 1.5B "
-        "(benchmarks/RESULTS.md section 30).")
+        "(benchmarks/RESULTS.md section 30). Not set (the default): on where answer_format lists the allowed answers.")
     answer_format: Optional[Union[tuple[str, ...], SkipJsonSchema[type[BaseModel]]]] = Field(
         default=None,
         description="The form the final answer must take: a list of allowed answers (e.g. yes/no/maybe, "
@@ -182,6 +182,14 @@ class TCRAGConfig(BaseModel):
             names.append("Backtrack")
         names.append("Conclusion")
         return names
+
+    def conclusion_example_from_observation(self) -> bool:
+        """Whether the worked Conclusion example shows its search's result (``example_from_observation``;
+        None: only where the answer is one of listed choices, the form it was measured on, since with
+        free-form answers the 1.5B copied the example's wording into its own answers)."""
+        if self.example_from_observation is not None:
+            return self.example_from_observation
+        return isinstance(self.answer_format, tuple)
 
     def merged(self, overrides: "TCRAGConfig | Mapping[str, Any] | None") -> "TCRAGConfig":
         """Return a copy with the explicitly set fields of ``overrides`` applied."""

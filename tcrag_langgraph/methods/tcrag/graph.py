@@ -233,7 +233,7 @@ class TCRAG(RunKernel):
         messages: list[BaseMessage] = [SystemMessage(content=system_prompt(tools, offered, language=cfg.language))]
         if cfg.few_shot:
             for shown, reply in demonstrations(tools, offered, language=cfg.language,
-                                               with_observation=cfg.example_from_observation):
+                                               with_observation=cfg.conclusion_example_from_observation()):
                 messages += [HumanMessage(content=shown), AIMessage(content=reply)]
         rendered = render_stack(stack)
         why = ("The search has ended: a tool call whose result is above was written again."

@@ -111,7 +111,8 @@ def demonstrations(tools: Sequence[BaseTool], allowed_actions: Sequence[str], *,
     shows the example's own search on the stack with its result, rendered as a real tool frame is. On 60
     PubMedQA-L trainval questions it cut TC-RAG's calls from 3.63 to 2.80 and its tokens by 24 % at the same
     accuracy; with four tools and free-form questions it lost two of the main job's five answers
-    (section 30), hence off by default."""
+    (section 30), hence on by default only where the answer is one of listed choices
+    (``TCRAGConfig.conclusion_example_from_observation``)."""
     tool = tools[0].name if tools else ""
     pairs = []
     for example in json.loads(load_prompt_file(f"examples_{language}.json")):
