@@ -12,7 +12,7 @@ MODULES = ["methods.tcrag.transitions", "core.answer_format", "core.result", "me
            "testing",
            "eval.calibration", "eval.significance", "eval.runner", "eval.summary", "monitor.from_spec", "models.credentials", "models.catalogue", "agent.spec", "monitor.consistency", "monitor.own_model", "monitor.risk",
            "faces.agent_tool", "models.run_control", "faces.serve_guard", "faces.serve_gate", "monitor.combination",
-           "monitor.generation", "eval.risk_coverage", "eval.token_split"]
+           "monitor.generation", "eval.risk_coverage", "eval.token_split", "eval.compare"]
 
 
 @pytest.mark.parametrize("name", MODULES)

@@ -305,3 +305,19 @@ def register(app: typer.Typer) -> None:
         if out is not None:
             paths = write_summary(summary, out)
             console.print(f"summary: {paths['markdown']}, {paths['csv']}")
+
+    @app.command("compare")
+    def compare_command(
+        before: Path = typer.Argument(..., help="run folder of tcrag eval: the settings before"),
+        after: Path = typer.Argument(..., help="run folder of the same questions under other settings"),
+    ) -> None:
+        """Each method before and after a change of settings, paired on the questions both runs finished
+        (McNemar's exact test, calls, tokens, refused repeats)."""
+        from ..methods.registry import METHODS
+        from .compare import compare_markdown, compare_runs
+
+        try:
+            changed, changes = compare_runs(before, after)
+        except ValueError as exc:
+            raise typer.BadParameter(str(exc), param_hint="BEFORE AFTER") from exc
+        typer.echo(compare_markdown(changed, changes, labels={name: spec.label for name, spec in METHODS.items()}))
