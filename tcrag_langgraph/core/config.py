@@ -185,8 +185,8 @@ class TCRAGConfig(BaseModel):
 
     def conclusion_example_from_observation(self) -> bool:
         """Whether the worked Conclusion example shows its search's result (``example_from_observation``;
-        None: only where the answer is one of listed choices, the form it was measured on, since with
-        free-form answers the 1.5B copied the example's wording into its own answers)."""
+        None: only where the answer is one of listed choices, the form it was measured on; with free-form
+        answers it made two of the 1.5B's five main-job answers wrong, RESULTS.md section 30)."""
         if self.example_from_observation is not None:
             return self.example_from_observation
         return isinstance(self.answer_format, tuple)
