@@ -17,7 +17,6 @@ a chat model, a list of tools, or a scorer), so any LangChain model or tool set 
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any, Optional
 
@@ -87,9 +86,9 @@ def _indexed_documents(names: list[str], tools: str, records: list[Any], exclude
 def _records_of_run(folder: Path) -> Optional[list[Any]]:
     """The questions a run folder was made from, loaded again from the settings in its run.json
     (None, with a line saying why, when the dataset cannot be loaded here)."""
-    from .runner import SETTINGS_FILE
+    from .runner import read_run_settings
 
-    settings = json.loads((folder / SETTINGS_FILE).read_text(encoding="utf-8"))
+    settings = read_run_settings(folder)
     try:  # as tcrag eval loaded them (--fields is kept as the JSON text given)
         return _load_records(settings["dataset"], settings.get("split"), bool(settings.get("context")),
                              bool(settings.get("long_answers")), settings.get("fields"), settings.get("task"),

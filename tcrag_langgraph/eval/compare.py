@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-from .runner import RESULTS_FILE, SETTINGS_FILE, read_results
+from .runner import QUESTION_SETTINGS, RESULTS_FILE, read_results, read_run_settings
 from .significance import PairedTest, mcnemar
 
 __all__ = ["MethodChange", "compare_rows", "compare_runs", "compare_markdown", "settings_changed"]
@@ -91,16 +91,7 @@ def settings_changed(before: Mapping[str, Any], after: Mapping[str, Any]) -> lis
     the question ids and the draw's size are left out (the rows are paired on the shared questions)."""
     old, new = _flat(before), _flat(after)
     return [(k, old.get(k), new.get(k)) for k in sorted(set(old) | set(new))
-            if k not in ("ids", "limit") and old.get(k) != new.get(k)]
-
-
-def _run(folder: str | os.PathLike[str]) -> tuple[dict[str, Any], list[dict[str, Any]]]:
-    path = Path(folder)
-    if not path.is_dir():
-        raise ValueError(f"{path}: no such folder")
-    if not (path / SETTINGS_FILE).exists():
-        raise ValueError(f"{path} holds no run ({SETTINGS_FILE} missing)")
-    return json.loads((path / SETTINGS_FILE).read_text(encoding="utf-8")), read_results(path / RESULTS_FILE)
+            if k not in QUESTION_SETTINGS and old.get(k) != new.get(k)]
 
 
 def compare_runs(before: str | os.PathLike[str], after: str | os.PathLike[str]
@@ -108,8 +99,8 @@ def compare_runs(before: str | os.PathLike[str], after: str | os.PathLike[str]
     """The settings that differ and each shared method's change, from two ``tcrag eval`` run folders.
     Runs that asked other questions (another dataset, split or question form), or share no method and
     question, are a ``ValueError``."""
-    old_settings, old_rows = _run(before)
-    new_settings, new_rows = _run(after)
+    old_settings, old_rows = read_run_settings(before), read_results(Path(before) / RESULTS_FILE)
+    new_settings, new_rows = read_run_settings(after), read_results(Path(after) / RESULTS_FILE)
     other = [k for k in SAME_QUESTIONS if old_settings.get(k) != new_settings.get(k)]
     if other:
         raise ValueError(f"{after} asked other questions than {before} ({', '.join(other)} differ)")

@@ -46,6 +46,7 @@ __all__ = [
     "score_answer",
     "run_evaluation",
     "read_results",
+    "read_run_settings",
     "repeated_executed_calls",
     "RESULTS_FILE",
     "SETTINGS_FILE",
@@ -170,6 +171,16 @@ MERGEABLE_SETTINGS = frozenset({"methods", "sigmas", "scorer", "method_options",
 QUESTION_SETTINGS = frozenset({"ids", "limit"})
 
 
+def read_run_settings(folder: str | os.PathLike[str]) -> dict[str, Any]:
+    """The settings (``run.json``) of a ``tcrag eval`` run folder; a missing folder or run is a ``ValueError``."""
+    path = Path(folder)
+    if not path.is_dir():
+        raise ValueError(f"{path}: no such folder")
+    if not (path / SETTINGS_FILE).exists():
+        raise ValueError(f"{path} holds no run ({SETTINGS_FILE} missing)")
+    return json.loads((path / SETTINGS_FILE).read_text(encoding="utf-8"))
+
+
 def merge_runs(out_dirs: Sequence[str | os.PathLike[str]], *, common: bool = True) -> list[dict[str, Any]]:
     """The rows of several runs of the same questions and settings (different methods, e.g. one run
     started later with a calibrated sigma), for one table.
@@ -187,12 +198,7 @@ def merge_runs(out_dirs: Sequence[str | os.PathLike[str]], *, common: bool = Tru
     seen_methods: dict[str, Path] = {}
     for raw in out_dirs:
         folder = Path(raw)
-        settings_file = folder / SETTINGS_FILE
-        if not folder.is_dir():
-            raise ValueError(f"{folder}: no such folder")
-        if not settings_file.exists():
-            raise ValueError(f"{folder} holds no run ({SETTINGS_FILE} missing)")
-        settings = json.loads(settings_file.read_text(encoding="utf-8"))
+        settings = read_run_settings(folder)
         free = MERGEABLE_SETTINGS | (QUESTION_SETTINGS if common else frozenset())
         comparable = {k: v for k, v in settings.items() if k not in free}
         if first is None:
