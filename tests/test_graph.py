@@ -186,6 +186,24 @@ def test_a_rejected_conclusion_written_again_halts_without_rescoring():
 
 
 
+def test_max_rejections_ends_the_run_at_the_rejection_past_the_limit_with_that_conclusion_unvalidated():
+    """max_rejections=k: the loop goes on after k rejections, and rejection k+1 ends the run with that
+    Conclusion as the answer, not validated; an acceptance before the limit validates as ever."""
+    scorer = ScriptedScorer({"Metformin": 1.0}, default=99.0)
+    steps = ["Conclusion: Insulin", "Tool_Use: DOC_RAG\nTool_Input: diabetes", "Conclusion: Diet", "Conclusion: Metformin"]
+    out, model, _ = run(steps, scorer=scorer, tools=[doc_rag], max_rejections=0, max_steps=8)
+    assert out["halt_reason"] == "rejections_spent" and out["answer"] == "Insulin" and len(model.seen) == 1
+    assert out["answer_validated"] is False and "max_rejections=0" in out["error"]
+    assert actions_of(out["stack"]) == ["User_Query", "Conclusion"] and out["state_value"] == 99.0
+    out, model, _ = run(steps, scorer=scorer, tools=[doc_rag], max_rejections=1, max_steps=8)
+    assert out["halt_reason"] == "rejections_spent" and out["answer"] == "Diet" and len(model.seen) == 3
+    assert [e.op for e in out["trace"] if e.action == "Tool_Use"] == ["push"] and out["format_retries"] == 0
+    out, _, _ = run(steps, scorer=scorer, tools=[doc_rag], max_rejections=2, max_steps=8)
+    assert out["halt_reason"] == "validated" and out["answer"] == "Metformin"
+    out, _, _ = run(steps, scorer=scorer, tools=[doc_rag], max_steps=8)  # not set: Algorithm 1's loop
+    assert out["halt_reason"] == "validated" and out["answer"] == "Metformin"
+
+
 def test_a_rejection_stands_until_evidence_a_backtrack_or_a_summary_answers_it():
     """The note saying the Conclusion was not supported, and what to do instead, is shown on every turn
     until the stack changes in a way that can change the answer; a Thought does not, a Backtrack does."""

@@ -113,6 +113,18 @@ def test_module_needs_no_model_or_graph_builder():
     subprocess.run([sys.executable, "-c", code], check=True)
 
 
+def test_a_rejection_past_max_rejections_ends_the_run_with_that_conclusion():
+    m = fresh(sigma=10)
+    assert T.limited_conclusion(m, "Insulin", score=30.0, rejections=0, max_rejections=1).event.op == "reject"
+    t = T.limited_conclusion(m, "Insulin", score=30.0, rejections=1, max_rejections=1)
+    assert t.halt is HaltReason.REJECTIONS_SPENT and t.answer == "Insulin" and t.state_value == 30.0
+    assert t.stack[-1].action is Action.CONCLUSION and "ended unvalidated" in t.event.detail
+    assert T.limited_conclusion(m, "Metformin", score=3.0, rejections=5, max_rejections=0).halt is HaltReason.VALIDATED
+    assert T.limited_conclusion(m, "x", score=None, rejections=5, max_rejections=0).halt is HaltReason.CONCLUSION_UNMONITORED
+    rejected = T.conclusion(m, "Insulin", score=30.0)
+    assert T.rejections_so_far([rejected.event]) == 1 and T.rejections_so_far([]) == 0
+
+
 @pytest.mark.parametrize("reason", list(HaltReason))
 def test_halt_reasons_are_plain_strings(reason):
     assert isinstance(reason.value, str) and HaltReason(reason.value) is reason

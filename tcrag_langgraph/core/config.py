@@ -99,6 +99,11 @@ class TCRAGConfig(BaseModel):
         default=False, description="Run Algorithm 1's rejection loop even when the model's calibration says the "
         "state monitor cannot judge it (to replicate the paper with such a model); by default its first Conclusion "
         "ends the run, unvalidated (halt monitor_cannot_judge).")
+    max_rejections: Optional[int] = Field(
+        default=None, ge=0, le=1000, description="How many times the state monitor may reject a Conclusion with "
+        "the loop going on; the next rejection ends the run unvalidated with that Conclusion as its answer (halt "
+        "rejections_spent). 0: the first Conclusion ends every run, validated or not, at about ReAct's cost "
+        "(benchmarks/RESULTS.md section 32). Not set (the default): Algorithm 1's loop, bounded by max_steps.")
     language: Literal["en", "zh"] = Field(default="en", description="Prompt language.")
     few_shot: bool = Field(default=True, description="Show worked examples of the action format before the stack.")
     example_from_observation: Optional[bool] = Field(

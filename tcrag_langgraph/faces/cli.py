@@ -130,6 +130,8 @@ def _render_result(console: Console, result: Any) -> None:
         verdict = "[green]validated[/] (state value below sigma)"
     elif result.halt_reason == "monitor_cannot_judge":
         verdict = "[yellow]not validated: the monitor cannot judge this model[/]"
+    elif result.halt_reason == "rejections_spent":
+        verdict = "[yellow]not validated: the monitor rejected it and the run may not search again (max_rejections)[/]"
     elif result.halt_reason == "rewritten_conclusion":
         verdict = "[yellow]not validated: written after the monitor rejected a first Conclusion (outside the risk's calibration)[/]"
     else:

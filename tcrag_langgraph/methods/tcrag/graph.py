@@ -441,9 +441,16 @@ class TCRAG(RunKernel):
         spent: dict[str, int] = {}
         score = self.monitor(state, cfg, content, conclusion=True, usage=spent)  # a failure halts: scorer_error
         unjudged = self.unjudged.get(cfg.metric) if cfg.risk is None and not cfg.loop_when_unjudged else None
-        apply_rule = (transitions.final_conclusion if state.get("final_conclusion")
-                      else transitions.unjudged_conclusion if unjudged else transitions.conclusion)
-        t = apply_rule(self.machine(state), content, score=score)
+        if state.get("final_conclusion"):
+            t = transitions.final_conclusion(self.machine(state), content, score=score)
+        elif unjudged:
+            t = transitions.unjudged_conclusion(self.machine(state), content, score=score)
+        elif cfg.max_rejections is not None:
+            t = transitions.limited_conclusion(self.machine(state), content, score=score,
+                                               rejections=transitions.rejections_so_far(state.get("trace", [])),
+                                               max_rejections=cfg.max_rejections)
+        else:
+            t = transitions.conclusion(self.machine(state), content, score=score)
         if cfg.risk is not None:
             t = transitions.rewritten_conclusion(t, state.get("trace", []))
         update = {**self.apply(state, config, t), **self.charged(state, spent)}
@@ -467,6 +474,9 @@ class TCRAG(RunKernel):
             error = f"step budget of {cfg.max_steps} actions spent; the final Conclusion was not validated"
         elif t.halt is HaltReason.MONITOR_CANNOT_JUDGE:
             error = unjudged
+        elif t.halt is HaltReason.REJECTIONS_SPENT:
+            error = (f"the state monitor rejected this Conclusion and the run's rejections were spent "
+                     f"(max_rejections={cfg.max_rejections}); not validated")
         elif t.halt is HaltReason.REWRITTEN_CONCLUSION:
             error = ("accepted below sigma after the state monitor rejected an earlier Conclusion; the risk's "
                      "calibration speaks for a run's first Conclusion only, so it is not validated")

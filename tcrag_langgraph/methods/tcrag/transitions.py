@@ -22,6 +22,9 @@ risk            with a stated risk, only a run's first Conclusion can be validat
 cannot judge    when the model's calibration says the monitor cannot judge it, its rejection means no
                 more than its acceptance: the first Conclusion ends the run ``monitor_cannot_judge``,
                 unvalidated (:func:`unjudged_conclusion`), unless the run asks for the loop anyway
+rejections      with ``max_rejections=k``, the monitor's rejection number ``k + 1`` ends the run
+                ``rejections_spent``, unvalidated, with that Conclusion as the answer
+                (:func:`limited_conclusion`; ``k = 0``: the first Conclusion ends every run)
 ==============  ==================================================================================
 
 Example:
@@ -60,6 +63,8 @@ __all__ = [
     "final_conclusion",
     "rewritten_conclusion",
     "unjudged_conclusion",
+    "limited_conclusion",
+    "rejections_so_far",
     "rejected_conclusion",
     "repeated_conclusion",
     "repeated_call",
@@ -84,6 +89,7 @@ class HaltReason(str, Enum):
     MONITOR_CANNOT_JUDGE = "monitor_cannot_judge"  # a Conclusion ended the run, but the monitor cannot judge this model
     REWRITTEN_CONCLUSION = "rewritten_conclusion"  # with risk: accepted below sigma after a rejected Conclusion
     REPEATED_CALL = "repeated_call"  # a tool call on the stack written again: a rejection stood, or after a warning
+    REJECTIONS_SPENT = "rejections_spent"  # the monitor rejected a Conclusion after max_rejections rejections
 
 
 @dataclass(frozen=True)
@@ -114,7 +120,7 @@ class Transition:
         """The run's answer when this step ends it with one: the accepted Conclusion, or (budget
         spent) the top-most text the model wrote; ``None`` while the run goes on."""
         if self.halt in (HaltReason.VALIDATED, HaltReason.CONCLUSION_UNMONITORED, HaltReason.REWRITTEN_CONCLUSION,
-                         HaltReason.MONITOR_CANNOT_JUDGE):
+                         HaltReason.MONITOR_CANNOT_JUDGE, HaltReason.REJECTIONS_SPENT):
             return self.stack[-1].content
         if self.halt in (HaltReason.MAX_STEPS, HaltReason.REPEATED_CONCLUSION):
             return unverified_answer(self.stack)
@@ -257,6 +263,29 @@ def unjudged_conclusion(m: Machine, content: str, *, score: Optional[float]) -> 
                      detail=f"{score:.4g} >= sigma {m.sigma:g}, but the monitor cannot judge this model: ended unvalidated")
 
 
+def limited_conclusion(m: Machine, content: str, *, score: Optional[float], rejections: int,
+                       max_rejections: int) -> Transition:
+    """A Conclusion when a run may be rejected at most ``max_rejections`` times and ``rejections`` have
+    happened: as :func:`conclusion`, except that a rejection beyond the limit pushes the Conclusion as
+    the answer and halts ``rejections_spent``, unvalidated (the monitor's verdict, kept; no new search).
+
+    Why: with Qwen2.5-Coder-1.5B on PubMedQA-L (answer_prob, sigma 0.4651) a third of the runs had a
+    rejection; those carried 61 % of TC-RAG's tokens (3.40x ReAct's), and the search after it changed
+    the final answer in 3 of 67 test runs and 0 of 19 trainval runs (benchmarks/RESULTS.md section 31).
+    ``max_rejections=0`` keeps the monitor's verdict on the first Conclusion at about ReAct's cost."""
+    t = conclusion(m, content, score=score)
+    if t.halt is not None or t.event.op != "reject" or rejections < max_rejections:
+        return t
+    return _ended_by(m, content, score, halt=HaltReason.REJECTIONS_SPENT,
+                     detail=f"rejected: {score:.4g} >= sigma {m.sigma:g}, after {rejections} earlier rejection(s) "
+                            f"of at most {max_rejections}: ended unvalidated")
+
+
+def rejections_so_far(trace: Sequence[TraceEvent]) -> int:
+    """How many Conclusions the state monitor has rejected in this run."""
+    return sum(1 for e in trace if e.action == Action.CONCLUSION.value and e.op == "reject")
+
+
 def _ended_by(m: Machine, content: str, score: float, *, detail: str, halt: HaltReason) -> Transition:
     """The Conclusion pushed as the run's answer with ``s <- f``, and the run halts for ``halt``."""
     frame = _frame(Action.CONCLUSION, content, m.steps + 1, before=m.state_value, after=score)
@@ -275,7 +304,7 @@ def rewritten_conclusion(t: Transition, trace: Sequence[TraceEvent]) -> Transiti
     wrong with re-written ones counted; 40.5 % among first Conclusions (37 of 60)."""
     if t.halt is not HaltReason.VALIDATED:
         return t
-    if not any(e.action == Action.CONCLUSION.value and e.op == "reject" for e in trace):
+    if not rejections_so_far(trace):
         return t
     return replace(t, halt=HaltReason.REWRITTEN_CONCLUSION)
 
