@@ -19,7 +19,7 @@ DOC_TOOL_NAME = "DOC_RAG"
 DEFAULT_OPTIONS = ToolOptions(timeout_s=30.0, retries=2, cache_size=128)
 DOC_TOOL_DESCRIPTION = (
     "Search a document collection (by default 1000 PubMed abstracts) for passages relevant to a "
-    "query: use it for what studies found (research questions, treatments, outcomes). Input: the search query as plain text, or JSON "
+    "query. Input: the search query as plain text, or JSON "
     '{"query": "...", "k": 3, "mode": "hybrid"} (mode: bm25, dense or hybrid). '
     "Returns ranked passages with their source id, title and section."
 )

@@ -30,9 +30,7 @@ logger = logging.getLogger(__name__)
 
 EMR_SEARCH_NAME = "EMR_SEARCH"
 EMR_SEARCH_DESCRIPTION = (
-    "Search this hospital's electronic medical records: use it only for questions about its patients (a "
-    "patient's record, or how many patients share a diagnosis), never for research or general medical questions. "
-    "Two operations: "
+    "Search electronic medical records. Two operations: "
     '(1) similar patients: {"operation": "similar", "codes": ["E11.9"], "condition": "heart failure", '
     '"sex": "F", "age_min": 60, "age_max": 80, "limit": 3} (codes are ICD-10-CM; give codes and/or a condition '
     "phrase; ages are matched by whole 10-year bands; returns cohort statistics as count ranges and de-identified "
