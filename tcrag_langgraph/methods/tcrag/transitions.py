@@ -273,9 +273,8 @@ def limited_conclusion(m: Machine, content: str, *, score: Optional[float], reje
     rejection; those carried 61 % of TC-RAG's tokens (3.40x ReAct's), and the search after it changed
     the final answer in 3 of 67 test runs and 0 of 19 trainval runs (benchmarks/RESULTS.md section 31).
     ``max_rejections=0`` keeps the monitor's verdict on the first Conclusion at about ReAct's cost."""
-    t = conclusion(m, content, score=score)
-    if t.halt is not None or t.event.op != "reject" or rejections < max_rejections:
-        return t
+    if score is None or score < m.sigma or rejections < max_rejections:  # monitor off, accepted, or may go on
+        return conclusion(m, content, score=score)
     return _ended_by(m, content, score, halt=HaltReason.REJECTIONS_SPENT,
                      detail=f"rejected: {score:.4g} >= sigma {m.sigma:g}, after {rejections} earlier rejection(s) "
                             f"of at most {max_rejections}: ended unvalidated")
