@@ -103,6 +103,18 @@ def test_the_default_tools_are_the_packaged_medical_tools():
     assert [t.name for t in AgentSpec().tool_list()] == [t.name for t in default_tools()]
 
 
+@pytest.mark.parametrize("tools", ["docs", "default"])
+def test_held_out_documents_are_missing_from_the_document_tool_of_every_preset(tools):
+    """``tcrag eval --exclude-eval-docs`` holds the evaluated questions' abstracts out of ``DOC_RAG``,
+    in the default tool set as in ``docs`` (it once applied to ``docs`` only: a run with the default
+    tools could retrieve the gold abstract it was told to hold out)."""
+    query = "mitochondria lace plant programmed cell death"  # PubMed 21645374's own words
+    found = {t.name: t for t in AgentSpec(tools=tools).tool_list()}["DOC_RAG"]
+    assert "source: 21645374" in found.invoke(query)
+    held_out = {t.name: t for t in AgentSpec(tools=tools, exclude_doc_ids=("21645374",)).tool_list()}["DOC_RAG"]
+    assert "source: 21645374" not in held_out.invoke(query)
+
+
 @pytest.mark.parametrize("values,flag,text", [
     ({"tools": "no-such-preset"}, "--tools", "not a preset"),
     ({"tools": "none", "es_url": "http://127.0.0.1:9200"}, "--es-url", "default or docs"),

@@ -342,10 +342,12 @@ class AgentSpec(BaseModel):
                 continue
             if part == "default":
                 from ..tools import default_tools
-                from ..tools.documents import document_tool
+                from ..tools.documents import default_document_tool, document_tool
 
-                tools.extend([document_tool(store), *default_tools(documents=False)] if store is not None
-                             else default_tools())
+                # the held-out documents apply to the document tool of the default set as to "docs"
+                documents = (document_tool(store, exclude_ids=exclude) if store is not None
+                             else default_document_tool(exclude_ids=exclude))
+                tools.extend([documents, *default_tools(documents=False)])
             elif part == "docs":
                 from ..tools.documents import default_document_tool, document_tool
 
