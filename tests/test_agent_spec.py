@@ -101,6 +101,8 @@ def test_the_default_tools_are_the_packaged_medical_tools():
     from tcrag_langgraph.tools import default_tools
 
     assert [t.name for t in AgentSpec().tool_list()] == [t.name for t in default_tools()]
+    # the document search first (the worked examples' tool), the records last (tools/__init__.py says why)
+    assert [t.name for t in default_tools()] == ["DOC_RAG", "WEB_SEARCH", "KG_RAG", "EMR_SEARCH"]
 
 
 @pytest.mark.parametrize("tools", ["docs", "default"])

@@ -165,7 +165,7 @@ def test_real_packaged_model_and_tools_live_view():
     result = runner.invoke(app, ["ask", Q, "--max-steps", "2", "--max-new-tokens", "48", "--temperature", "0"],
                            env={"COLUMNS": "200"})
     assert result.exit_code in (0, 1), result.output
-    assert "tools=DOC_RAG, KG_RAG, WEB_SEARCH, EMR_SEARCH" in result.stdout
+    assert "tools=DOC_RAG, WEB_SEARCH, KG_RAG, EMR_SEARCH" in result.stdout
     tail = result.stdout[result.stdout.index("Answer:"):]
     assert "Status:" in tail and "Sources:" in tail
     assert "#" in result.stdout[:result.stdout.index("Answer:")]  # at least one live event line

@@ -6,7 +6,7 @@ import itertools
 import re
 
 import pytest
-from langchain_core.tools import tool
+from langchain_core.tools import StructuredTool, tool
 
 from tcrag_langgraph.core.config import TCRAGConfig
 from tcrag_langgraph.methods.tcrag.prompting import demonstrations, system_prompt
@@ -53,6 +53,19 @@ def test_the_worked_examples_show_only_offered_actions(language, has_tools, back
         assert reply.split(":", 1)[0] in offered
         assert {a for a in ACTIONS if re.search(rf"\b{a}:", turn)} <= set(offered) | {"User_Query"}
     assert any(reply.startswith("Tool_Use:") for _, reply in shown) == has_tools
+
+
+def test_the_first_tool_is_described_last_and_is_the_one_the_worked_examples_use():
+    """The first tool (the demonstrated one) sits nearest the action lines, in the descriptions and in the
+    Tool_Use line's list of names."""
+    records = StructuredTool.from_function(lambda query: query, name="EMR_SEARCH", description="Search the records.")
+    offered = TCRAGConfig().allowed_actions(has_tools=True)
+    text = system_prompt([doc_rag, records], offered)
+    assert text.index("EMR_SEARCH: Search the records.") < text.index("doc_rag: Search the medical documents.")
+    assert "exactly one of [EMR_SEARCH, doc_rag]" in text
+    for tools, used in (([doc_rag, records], "doc_rag"), ([records, doc_rag], "EMR_SEARCH"), ([doc_rag], "doc_rag")):
+        calls = [reply for _, reply in demonstrations(tools, offered) if reply.startswith("Tool_Use:")]
+        assert calls and all(reply.startswith(f"Tool_Use: {used}\n") for reply in calls), (tools, calls)
 
 
 def test_the_repeat_line_lists_the_repeatable_actions_in_order():
