@@ -47,7 +47,7 @@ def default_tools(
     # The order is measured. The document search first: TC-RAG's worked examples search with the first tool,
     # and its prompt describes the tools last to first (methods/tcrag/prompting.py): EMR_SEARCH, KG_RAG,
     # WEB_SEARCH, DOC_RAG. So described, Qwen2.5-Coder-1.5B called DOC_RAG first on 24 of 30 PubMedQA-L
-    # trainval questions; with KG_RAG described next to DOC_RAG, on 17 (KG_RAG 11); with DOC_RAG described
+    # trainval questions; with KG_RAG described next to DOC_RAG, on 16 (KG_RAG 12); with DOC_RAG described
     # first, on none (benchmarks/RESULTS.md section 33). The records last: methods that call every tool in
     # turn (SR-RAG, FL-RAG) query the outbound tools before any record text is in the run, which the tool
     # layer's egress rule would make them refuse.
