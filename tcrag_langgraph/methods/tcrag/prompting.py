@@ -25,7 +25,7 @@ def load_prompt_file(name: str) -> str:
 def system_prompt(tools: Sequence[BaseTool], allowed_actions: Sequence[str], *, language: str = "en") -> str:
     """The system prompt offering exactly ``allowed_actions`` and describing ``tools``, last to first: the
     first tool, the one the worked examples search with (:func:`demonstrations`), is described nearest the
-    action lines. With the four default tools described first to first, Qwen2.5-Coder-1.5B passed over
+    action lines. With the four default tools described in the order given, Qwen2.5-Coder-1.5B passed over
     ``DOC_RAG`` (described first) on 30 of 30 PubMedQA-L trainval questions and called ``EMR_SEARCH``, on 21
     with its description's own example; described last to first it called ``DOC_RAG`` first on 24 of 30
     (benchmarks/RESULTS.md section 33)."""
