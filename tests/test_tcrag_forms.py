@@ -59,6 +59,34 @@ def test_the_action_grammar_refuses_what_a_run_cannot_use_as_it_is(lm, tools, re
     assert not grammar_accepts(lm, action_form(ALL, tools, ("yes", "no", "maybe")).grammar, reply)
 
 
+@pytest.mark.parametrize("written, usable", [
+    ('{"operation": "similar", "sex": "F"}', False),  # Qwen2.5-Coder-1.5B's: neither codes nor a condition
+    ('{"sex": "F", "age_min": 60}', False),
+    ('{"codes": ["heart failure"]}', False),  # not an ICD-10-CM code
+    ('{"operation": "lookup"}', False),
+    ('{"condition": "heart failure", "sex": "F"}', True),
+    ('{"codes": ["E11.9", "I50"], "age_max": 80, "age_min": 60, "condition": "heart failure", "limit": 3}', True),
+    ('{"patient_id": "P00042"}', True),
+])
+def test_records_input_is_written_to_what_the_records_tool_accepts(lm, written, usable):
+    """EMR_SEARCH's JSON is written to the tool's schema for writing (codes, or a condition, or a patient
+    id; tools/emr/parsing.py), not to its argument schema, which requires nothing: the grammar admits
+    exactly what the tool's own validation accepts, here."""
+    from pydantic import ValidationError
+
+    from tcrag_langgraph.tools.emr.parsing import EMRInput
+
+    emr = [t for t in default_tools() if t.name == "EMR_SEARCH"]
+    reply = f"Tool_Use: EMR_SEARCH\nTool_Input: {written}"
+    assert grammar_accepts(lm, action_form(ALL, emr, ("yes", "no", "maybe")).grammar, reply) is usable
+    try:
+        EMRInput.model_validate(parse_action(reply, ["EMR_SEARCH"]).tool_input)
+        validated = True
+    except ValidationError:
+        validated = False
+    assert validated is usable
+
+
 def test_the_grammar_offers_only_the_steps_actions(lm, tools):
     final = action_form(["Conclusion"], tools, ("A", "B", "C", "D")).grammar
     assert grammar_accepts(lm, final, "Conclusion: B") and not grammar_accepts(lm, final, "Thought: hmm")

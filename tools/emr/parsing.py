@@ -117,6 +117,36 @@ class EMRInput(BaseModel):
         return self
 
 
+def written_input_schema() -> dict[str, Any]:
+    """The JSON schema for writing EMR_SEARCH's input (``WRITTEN_INPUT_SCHEMA`` in the tool's metadata):
+    similar patients by codes, similar patients by a condition, or one patient's record by id, each with
+    what it needs required and ``operation`` left to :class:`EMRInput` to infer. :class:`EMRInput`'s own
+    schema requires nothing (its validator asks for codes or a condition, or a patient id), so JSON
+    constrained to it can parse and still be refused: Qwen2.5-Coder-1.5B wrote ``{"operation": "similar",
+    "sex": "F"}`` (benchmarks/RESULTS.md section 33). ``operation`` is left out because a grammar writes
+    a tool's keys in sorted order (``reply_forms``), required ones first: with it, ``{"operation": ...``
+    could only have gone on as a look-up. Every value this schema admits, :class:`EMRInput` accepts
+    (tests/test_tcrag_forms.py), bar ages in the wrong order and a blank condition; a grammar made from it
+    admits an empty list of codes too (count bounds are left out:
+    :func:`~tcrag_langgraph.models.constrained.json_schema_rules`)."""
+    properties = EMRInput.model_json_schema()["properties"]
+    cohort = {k: v for k, v in properties.items() if k not in ("operation", "patient_id")}
+    # as _ICD_CODE writes a code (dot included); "[.]", since llama.cpp's grammar reader refuses the "\\." that
+    # llama-cpp-python's converter makes of an escaped dot
+    code = {"type": "string", "pattern": r"^[A-Z][0-9][0-9A-Z]([.][0-9A-Z]{1,4})?$"}
+
+    def written(fields: dict[str, Any], required: str) -> dict[str, Any]:
+        return {"type": "object", "properties": fields, "required": [required], "additionalProperties": False}
+
+    by_codes = {**cohort, "codes": {**properties["codes"], "items": code, "minItems": 1}}
+    return {"anyOf": [
+        written(by_codes, "codes"),
+        written({**by_codes, "codes": {**by_codes["codes"], "minItems": 0},
+                 "condition": {"type": "string", "minLength": 1, "maxLength": 200}}, "condition"),
+        written({"patient_id": {"type": "string", "pattern": r"^P[0-9]{1,6}$"}}, "patient_id"),
+    ]}
+
+
 _FILLER = {
     "patient", "patients", "with", "similar", "find", "search", "show", "list", "get", "who", "have", "has", "had",
     "and", "or", "aged", "age", "ages", "years", "year", "old", "yo", "of", "the", "a", "an", "diagnosed",

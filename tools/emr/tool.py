@@ -13,9 +13,10 @@ from langchain_core.runnables import RunnableConfig
 from sqlalchemy.exc import DBAPIError, OperationalError, SQLAlchemyError
 
 from ..identity import caller_from_config
+from ..base import WRITTEN_INPUT_SCHEMA
 from ..layer import LayeredTool, ToolFailure, ToolOptions, make_tool
 from .database import EMRDatabase, default_emr_path
-from .parsing import EMRInput, parse_emr_text
+from .parsing import EMRInput, parse_emr_text, written_input_schema
 
 __all__ = [
     "EMR_SEARCH_NAME",
@@ -88,7 +89,8 @@ def emr_tool(
 
     # holds_records always: its output is patient-record text, whatever options were given (layer.egress)
     return make_tool(name, description, run, args_schema=EMRInput, options=options, text_parser=parse_emr_text,
-                     secrets=options.secrets + db.secrets, holds_records=True)
+                     secrets=options.secrets + db.secrets, holds_records=True,
+                     metadata={WRITTEN_INPUT_SCHEMA: written_input_schema()})
 
 
 def _build_sqlite_file(path: Path, n_patients: int, seed: int, min_cohort_size: int) -> None:

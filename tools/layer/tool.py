@@ -291,6 +291,7 @@ def make_tool(
     afunc: Optional[AsyncToolFunc] = None,
     options: Optional[ToolOptions] = None,
     text_parser: Optional[Callable[[str], Mapping[str, Any]]] = None,
+    metadata: Optional[Mapping[str, Any]] = None,
     **overrides: Any,
 ) -> LayeredTool:
     """Wrap ``func(args)`` (or ``func(args, config=...)``) into a never-raising LangChain tool.
@@ -303,6 +304,8 @@ def make_tool(
         afunc: optional native async backend used by ``ainvoke`` (else ``func`` runs in the tool pool).
         options: a :class:`ToolOptions`; tool factories build one and pass it here.
         text_parser: turns plain text into an arguments dict (overrides ``primary_field``).
+        metadata: the LangChain tool's ``metadata``, e.g. a schema for writing its input
+            (:data:`~tcrag_langgraph.tools.base.WRITTEN_INPUT_SCHEMA`).
         **overrides: any :class:`ToolOptions` field, replacing the one in ``options``:
             ``timeout_s`` (one call, retries included -> ToolError kind "timeout"), ``retries``,
             ``backoff``, ``max_backoff`` (tenacity exponential backoff on ``transient`` errors
@@ -343,7 +346,8 @@ def make_tool(
         raise ValueError(f"primary_field {resolved.primary_field!r} is not a field of {args_schema.__name__}")
     if resolved.secrets:
         protect_logs(resolved.secrets)  # the clients a backend uses log URLs and headers too
-    tool = LayeredTool(name=name, description=description.strip(), args_schema=args_schema)
+    tool = LayeredTool(name=name, description=description.strip(), args_schema=args_schema,
+                       metadata=dict(metadata) if metadata is not None else None)
     tool._func = func
     tool._afunc = afunc
     tool._options = resolved

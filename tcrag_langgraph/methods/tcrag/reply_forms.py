@@ -4,8 +4,9 @@ action line, as the system prompt and the demonstrations show it.
 * ``Thought:``, ``Plan:``, ``Summary:`` then the text on the same line; ``Backtrack:`` with an optional
   reason; only the actions this step offers (the ablations', the final turn's Conclusion alone);
 * ``Tool_Use: <tool>`` naming one of the run's tools exactly, then ``Tool_Input:`` on the next line: a
-  line of plain text, or a JSON object that validates against that tool's own argument schema (rules
-  by llama-cpp-python's converter, :func:`~tcrag_langgraph.models.constrained.json_schema_rules`);
+  line of plain text, or a JSON object that validates against the tool's schema for writing its input
+  where it gives one (EMR_SEARCH), else its argument schema (rules by llama-cpp-python's converter,
+  :func:`~tcrag_langgraph.models.constrained.json_schema_rules`);
 * ``Conclusion:`` then its text; with an answer format of choices (yes/no/maybe, option letters) the
   Conclusion is one of them (as written or capitalised), with a pydantic answer format a JSON object of
   its schema.
@@ -27,6 +28,7 @@ from langchain_core.tools import BaseTool
 from pydantic import BaseModel
 
 from ...models.constrained import ReplyForm, gbnf_literal, json_schema_rules
+from ...tools.base import WRITTEN_INPUT_SCHEMA
 
 __all__ = ["action_form"]
 
@@ -38,7 +40,12 @@ def _rule_name(name: str) -> str:
 
 
 def _tool_schema(tool: BaseTool) -> Optional[dict]:
-    """The JSON schema of ``tool``'s arguments (None when it has none to give)."""
+    """The JSON schema the tool's input is written to: the one for writing it, where the tool gives one
+    (``metadata[WRITTEN_INPUT_SCHEMA]``: EMR_SEARCH's arguments require nothing, its validator codes or a
+    condition), else its arguments' schema (None when it has none to give)."""
+    written = (getattr(tool, "metadata", None) or {}).get(WRITTEN_INPUT_SCHEMA)
+    if isinstance(written, dict):
+        return written
     schema = getattr(tool, "args_schema", None)
     if isinstance(schema, dict):
         return schema
