@@ -240,6 +240,7 @@ def poison_tools(tools: Sequence[BaseTool], controller: PoisonController) -> lis
             name=t.name,
             description=t.description,
             args_schema=t.args_schema,
+            metadata=t.metadata,  # e.g. the schema a grammar writes its input to (tools.base.WRITTEN_INPUT_SCHEMA)
             inner=t,
             controller=controller,
         )

@@ -94,3 +94,16 @@ def test_poisoned_observation_reaches_the_stack_and_is_counted_once():
     assert pushed[0].content == ctrl.noise and ctrl.noise in IRRELEVANT_NOISE
     assert meter.retrievals == 1
     assert [(e.action, e.op) for e in out["trace"]][2] == ("Backtrack", "pop")
+
+
+def test_a_poisoned_tool_keeps_the_schema_its_input_is_written_to():
+    """The wrapper keeps the tool's metadata: EMR_SEARCH's schema for writing its input reaches TC-RAG's
+    grammar in an attack run as in a plain one."""
+    from tcrag_langgraph.methods.tcrag.reply_forms import action_form
+    from tcrag_langgraph.tools import default_tools
+
+    ctrl = PoisonController(NoiseBank.from_records(RECS), mode="structural", kind="irrelevant", seed=1)
+    emr = default_tools(documents=False, web=False, knowledge_graph=False)
+    wrapped = poison_tools(emr, ctrl)
+    assert wrapped[0].metadata == emr[0].metadata and wrapped[0].metadata
+    assert action_form(["Tool_Use"], wrapped).grammar == action_form(["Tool_Use"], emr).grammar
