@@ -22,7 +22,7 @@ def test_real_tools_may_be_named_in_order_and_an_unknown_name_is_refused():
     parts = scripted_components({"replies": ["Conclusion: x"], "real_tools": ["EMR_SEARCH", "WEB_SEARCH"]})
     assert [t.name for t in parts["tools"]] == ["EMR_SEARCH", "WEB_SEARCH"]
     assert [t.name for t in scripted_components({"replies": ["x"], "real_tools": True})["tools"]] == [
-        "DOC_RAG", "KG_RAG", "WEB_SEARCH", "EMR_SEARCH"]
+        "DOC_RAG", "WEB_SEARCH", "KG_RAG", "EMR_SEARCH"]  # default_tools() order
     with pytest.raises(ValueError, match="NOPE"):
         scripted_components({"replies": ["x"], "real_tools": ["NOPE"]})
 
