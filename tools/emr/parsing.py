@@ -13,7 +13,9 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 __all__ = ["EMRInput", "parse_emr_text"]
 
-_ICD_CODE = re.compile(r"^[A-Z][0-9][0-9A-Z](?:\.[0-9A-Z]{1,4})?$")
+# An ICD-10-CM code as the parser writes it. "[.]", not "\.": the pattern also goes into a grammar
+# (written_input_schema), and llama.cpp's grammar reader refuses the "\." the converter makes of an escaped dot.
+_ICD_CODE = re.compile(r"^[A-Z][0-9][0-9A-Z]([.][0-9A-Z]{1,4})?$")
 _ICD_IN_TEXT = re.compile(r"\b([A-TV-Z][0-9][0-9AB](?:\.[0-9A-Z]{1,4})?)\b", re.IGNORECASE)
 _PID_IN_TEXT = re.compile(r"\b(P\d{1,6})\b", re.IGNORECASE)
 _OPERATIONS = {
@@ -131,9 +133,7 @@ def written_input_schema() -> dict[str, Any]:
     :func:`~tcrag_langgraph.models.constrained.json_schema_rules`)."""
     properties = EMRInput.model_json_schema()["properties"]
     cohort = {k: v for k, v in properties.items() if k not in ("operation", "patient_id")}
-    # as _ICD_CODE writes a code (dot included); "[.]", since llama.cpp's grammar reader refuses the "\\." that
-    # llama-cpp-python's converter makes of an escaped dot
-    code = {"type": "string", "pattern": r"^[A-Z][0-9][0-9A-Z]([.][0-9A-Z]{1,4})?$"}
+    code = {"type": "string", "pattern": _ICD_CODE.pattern}  # codes as the parser writes them
 
     def written(fields: dict[str, Any], required: str) -> dict[str, Any]:
         return {"type": "object", "properties": fields, "required": [required], "additionalProperties": False}
@@ -143,6 +143,7 @@ def written_input_schema() -> dict[str, Any]:
         written(by_codes, "codes"),
         written({**by_codes, "codes": {**by_codes["codes"], "minItems": 0},
                  "condition": {"type": "string", "minLength": 1, "maxLength": 200}}, "condition"),
+        # ASCII digits: what a model writes (the validator's \d also takes other scripts' digits)
         written({"patient_id": {"type": "string", "pattern": r"^P[0-9]{1,6}$"}}, "patient_id"),
     ]}
 
